@@ -1,0 +1,36 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create or refresh the virtual environment first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint stress bench clean
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/longlens demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check engine desktop_app tests
+	$(BIN)/lint-imports
+
+test: lint
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+stress: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m stress tests
+
+bench: $(STAMP)
+	$(BIN)/python -m engine.bench.ann --out docs/benchmarks.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

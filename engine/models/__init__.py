@@ -1,0 +1,1 @@
+"""Model backends behind the Embedder protocol. torch/transformers are imported lazily."""

@@ -1,0 +1,56 @@
+"""The Embedder protocol every model backend implements.
+
+Vectors are float32 and L2-normalised so that inner product == cosine similarity,
+which is what both the exact search and hnswlib's "ip" space compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    #: Identifies the image-embedding space; stored next to every vector in the catalog.
+    model_id: str
+    #: Identifies the text tower (differs from model_id when a paragraph-trained override is loaded).
+    text_model_id: str
+    dim: int
+    image_size: int
+    #: Hard limit of the text tower's position embeddings.
+    max_text_tokens: int
+    #: Budget used when the caller does not pass max_tokens.
+    default_text_tokens: int
+    device: str
+
+    def preprocess(self, images: Sequence[Image.Image]) -> np.ndarray:
+        """RGB PIL images -> pixel values (N, 3, S, S) float32, exactly as the model expects."""
+        ...
+
+    def encode_pixels(self, pixel_values: np.ndarray) -> np.ndarray:
+        """Pixel values from preprocess() -> (N, D) float32, L2-normalised."""
+        ...
+
+    def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
+        """RGB PIL images -> (N, D) float32, L2-normalised."""
+        ...
+
+    def encode_texts(self, texts: Sequence[str], max_tokens: int | None = None) -> np.ndarray:
+        """Texts -> (N, D) float32, L2-normalised; each truncated to max_tokens (incl. special tokens)."""
+        ...
+
+    def token_count(self, text: str) -> int:
+        """Number of tokens the text would take untruncated, special tokens included."""
+        ...
+
+
+def l2_normalise(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return (x / np.maximum(norms, eps)).astype(np.float32, copy=False)

@@ -1,0 +1,84 @@
+"""Plain data passed between engine layers, the CLI and the GUI."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Image row status values in the catalog.
+STATUS_OK = "ok"
+STATUS_UNREADABLE = "unreadable"
+STATUS_DELETED = "deleted"
+
+# Library status values.
+LIBRARY_ONLINE = "online"
+LIBRARY_OFFLINE = "offline"
+
+
+@dataclass
+class Library:
+    id: int
+    root: str
+    status: str = LIBRARY_ONLINE
+    added_at: float = 0.0
+    last_scan_at: float | None = None
+
+
+@dataclass
+class ImageMeta:
+    """What decoding learns about a file besides its pixels."""
+
+    width: int
+    height: int
+    exif_date: str | None = None  # ISO 8601, local time as the camera wrote it
+    camera_make: str | None = None
+    camera_model: str | None = None
+    orientation: int | None = None  # EXIF orientation tag 1..8, as found in the file
+    format: str | None = None
+
+
+@dataclass
+class ImageRecord:
+    id: int
+    library_id: int
+    rel_path: str
+    size: int
+    mtime_ns: int
+    content_hash: str | None
+    status: str = STATUS_OK
+    reason: str | None = None
+    width: int | None = None
+    height: int | None = None
+    exif_date: str | None = None
+    camera_make: str | None = None
+    camera_model: str | None = None
+    orientation: int | None = None
+
+
+@dataclass
+class SearchHit:
+    rank: int
+    image_id: int
+    path: str  # absolute path on this machine
+    score: float
+    library_id: int
+    rel_path: str
+    exif_date: str | None = None
+    camera: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("extra")
+        d.update(self.extra)
+        return d
+
+
+@dataclass
+class SearchResult:
+    hits: list[SearchHit]
+    tokens_used: int | None = None
+    tokens_total: int | None = None
+    truncated: bool = False
+    model_id: str = ""
+    timings_ms: dict[str, float] = field(default_factory=dict)
