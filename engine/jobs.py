@@ -71,6 +71,6 @@ class RateMeter:
 def run_to_end(job: Iterator[Progress]) -> Progress | None:
     """Drain a job without showing progress; returns the last report."""
     last = None
-    for last in job:
-        pass
+    for report in job:
+        last = report
     return last

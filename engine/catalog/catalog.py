@@ -1,0 +1,444 @@
+"""Repository functions over the catalog. Storage raises; it never prints or exits."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
+
+from engine.catalog import paths as dbpaths
+from engine.catalog.db import create_catalog_engine, migrate, sqlite_errors
+from engine.catalog.schema import embeddings, images, libraries, meta
+from engine.errors import CatalogError
+from engine.types import (
+    LIBRARY_ONLINE,
+    STATUS_DELETED,
+    STATUS_OK,
+    ImageRecord,
+    Library,
+)
+
+_IMAGE_FIELDS = (
+    "size",
+    "mtime_ns",
+    "content_hash",
+    "width",
+    "height",
+    "exif_date",
+    "camera_make",
+    "camera_model",
+    "orientation",
+    "status",
+    "reason",
+)
+
+
+@dataclass
+class ImageWrite:
+    """One image row to insert or update in a batch, optionally with its embedding."""
+
+    library_id: int
+    rel_path: str
+    size: int
+    mtime_ns: int
+    content_hash: str | None
+    status: str
+    reason: str | None = None
+    width: int | None = None
+    height: int | None = None
+    exif_date: str | None = None
+    camera_make: str | None = None
+    camera_model: str | None = None
+    orientation: int | None = None
+    image_id: int | None = None  # set: update this row (changed file, or moved row with new path)
+    vector: np.ndarray | None = None
+
+
+@dataclass
+class ImageFilter:
+    folder: str | None = None  # absolute folder, or a folder relative to a library root
+    after: str | None = None  # ISO date, inclusive, compared with the EXIF date
+    before: str | None = None  # ISO date, exclusive of later days
+    camera: str | None = None  # case-insensitive substring of make or model
+
+    def is_empty(self) -> bool:
+        return not (self.folder or self.after or self.before or self.camera)
+
+
+def _row_to_record(row) -> ImageRecord:
+    return ImageRecord(
+        id=row.id,
+        library_id=row.library_id,
+        rel_path=dbpaths.from_db(row.rel_path),
+        size=row.size,
+        mtime_ns=row.mtime_ns,
+        content_hash=row.content_hash,
+        status=row.status,
+        reason=row.reason,
+        width=row.width,
+        height=row.height,
+        exif_date=row.exif_date,
+        camera_make=row.camera_make,
+        camera_model=row.camera_model,
+        orientation=row.orientation,
+    )
+
+
+def _row_to_library(row) -> Library:
+    return Library(row.id, row.root, row.status, row.added_at, row.last_scan_at)
+
+
+def vector_to_blob(v: np.ndarray) -> bytes:
+    return np.ascontiguousarray(v, dtype="<f4").tobytes()
+
+
+def blob_to_vector(b: bytes) -> np.ndarray:
+    return np.frombuffer(b, dtype="<f4").astype(np.float32)
+
+
+class Catalog:
+    """The SQLite catalog: libraries, images, embeddings (every vector lives here)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.engine = create_catalog_engine(self.path)
+        self._writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
+        with sqlite_errors(self.path):
+            self.backup_path = migrate(self.engine, self.path)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with sqlite_errors(self.path), self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One write transaction (BEGIN IMMEDIATE); committed on success, rolled back on error."""
+        with sqlite_errors(self.path), self._writer.connect() as conn, conn.begin():
+            yield conn
+
+    # -- meta ---------------------------------------------------------------
+    def integrity_check(self) -> str:
+        with self.read() as conn:
+            return str(conn.exec_driver_sql("PRAGMA integrity_check").scalar())
+
+    def get_meta(self, key: str) -> str | None:
+        with self.read() as conn:
+            return conn.execute(select(meta.c.value).where(meta.c.key == key)).scalar()
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.write() as conn:
+            conn.execute(delete(meta).where(meta.c.key == key))
+            conn.execute(insert(meta).values(key=key, value=value))
+
+    # -- libraries ----------------------------------------------------------
+    def add_library(self, root: Path | str) -> Library:
+        """Register a folder (idempotent). The root is stored as an absolute, resolved path."""
+        root_s = str(Path(root).expanduser().resolve())
+        with self.write() as conn:
+            row = conn.execute(select(libraries).where(libraries.c.root == root_s)).first()
+            if row is None:
+                conn.execute(
+                    insert(libraries).values(root=root_s, status=LIBRARY_ONLINE, added_at=time.time())
+                )
+                row = conn.execute(select(libraries).where(libraries.c.root == root_s)).one()
+        return _row_to_library(row)
+
+    def libraries(self) -> list[Library]:
+        with self.read() as conn:
+            return [_row_to_library(r) for r in conn.execute(select(libraries).order_by(libraries.c.id))]
+
+    def library(self, library_id: int) -> Library:
+        with self.read() as conn:
+            row = conn.execute(select(libraries).where(libraries.c.id == library_id)).first()
+        if row is None:
+            raise CatalogError(f"no library with id {library_id}")
+        return _row_to_library(row)
+
+    def library_by_root(self, root: Path | str) -> Library | None:
+        root_s = str(Path(root).expanduser().resolve())
+        with self.read() as conn:
+            row = conn.execute(select(libraries).where(libraries.c.root == root_s)).first()
+        return _row_to_library(row) if row else None
+
+    def set_library_status(self, library_id: int, status: str, scanned: bool = False) -> None:
+        values: dict = {"status": status}
+        if scanned:
+            values["last_scan_at"] = time.time()
+        with self.write() as conn:
+            conn.execute(update(libraries).where(libraries.c.id == library_id).values(**values))
+
+    def remove_library(self, library_id: int) -> None:
+        """Forget a library (rows only; files on disk are never touched)."""
+        with self.write() as conn:
+            conn.execute(delete(libraries).where(libraries.c.id == library_id))
+
+    # -- images -------------------------------------------------------------
+    def image_records(self, library_id: int) -> list[ImageRecord]:
+        with self.read() as conn:
+            rows = conn.execute(select(images).where(images.c.library_id == library_id))
+            return [_row_to_record(r) for r in rows]
+
+    def images_by_id(self, ids: Iterable[int]) -> dict[int, ImageRecord]:
+        ids = [int(i) for i in ids]
+        out: dict[int, ImageRecord] = {}
+        with self.read() as conn:
+            for chunk_start in range(0, len(ids), 900):
+                chunk = ids[chunk_start : chunk_start + 900]
+                for r in conn.execute(select(images).where(images.c.id.in_(chunk))):
+                    out[r.id] = _row_to_record(r)
+        return out
+
+    def embedded_ids(self, library_id: int, model_id: str) -> set[int]:
+        """Ids of live (status ok) images of a library that have a vector for the model."""
+        with self.read() as conn:
+            q = (
+                select(images.c.id)
+                .join(embeddings, embeddings.c.image_id == images.c.id)
+                .where(
+                    images.c.library_id == library_id,
+                    images.c.status == STATUS_OK,
+                    embeddings.c.model_id == model_id,
+                )
+            )
+            return {int(r[0]) for r in conn.execute(q)}
+
+    def vectors_for(self, ids: Sequence[int], model_id: str) -> np.ndarray:
+        """Vectors in the order of `ids` (every id must have one)."""
+        ids = [int(i) for i in ids]
+        found: dict[int, np.ndarray] = {}
+        with self.read() as conn:
+            for start in range(0, len(ids), 900):
+                chunk = ids[start : start + 900]
+                q = select(embeddings.c.image_id, embeddings.c.vector).where(
+                    embeddings.c.model_id == model_id, embeddings.c.image_id.in_(chunk)
+                )
+                for image_id, blob in conn.execute(q):
+                    found[int(image_id)] = blob_to_vector(blob)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise CatalogError(f"no {model_id} vector for image ids {missing[:5]}")
+        if not ids:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([found[i] for i in ids])
+
+    def all_vectors(self, library_id: int, model_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, vectors) of every live image of the library embedded with the model."""
+        with self.read() as conn:
+            q = (
+                select(embeddings.c.image_id, embeddings.c.vector)
+                .join(images, embeddings.c.image_id == images.c.id)
+                .where(
+                    images.c.library_id == library_id,
+                    images.c.status == STATUS_OK,
+                    embeddings.c.model_id == model_id,
+                )
+                .order_by(embeddings.c.image_id)
+            )
+            rows = conn.execute(q).all()
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        if not rows:
+            return ids, np.zeros((0, 0), dtype=np.float32)
+        return ids, np.stack([blob_to_vector(r[1]) for r in rows])
+
+    def embedded_copy(self, content_hash: str, model_id: str) -> tuple[np.ndarray, ImageRecord] | None:
+        """Vector and row of an image with identical content (copies need no new inference)."""
+        with self.read() as conn:
+            q = (
+                select(embeddings.c.vector, images)
+                .join(images, embeddings.c.image_id == images.c.id)
+                .where(images.c.content_hash == content_hash, embeddings.c.model_id == model_id)
+                .order_by(images.c.id)
+                .limit(1)
+            )
+            row = conn.execute(q).first()
+        if row is None:
+            return None
+        return blob_to_vector(row.vector), _row_to_record(row)
+
+    def hashes_with_vectors(self, model_id: str) -> set[str]:
+        """Content hashes that already have a vector for the model, in any library."""
+        with self.read() as conn:
+            q = (
+                select(images.c.content_hash)
+                .join(embeddings, embeddings.c.image_id == images.c.id)
+                .where(embeddings.c.model_id == model_id, images.c.content_hash.is_not(None))
+                .distinct()
+            )
+            return {r[0] for r in conn.execute(q)}
+
+    def write_batch(
+        self, model_id: str, writes: Sequence[ImageWrite], deleted_ids: Sequence[int] = ()
+    ) -> list[int]:
+        """Insert/update image rows and their vectors in ONE transaction; returns the row ids.
+
+        A crash loses at most this batch: either all its rows and vectors are committed or none.
+        """
+        now = time.time()
+        out: list[int] = []
+        with self.write() as conn:
+            for w in writes:
+                values = {f: getattr(w, f) for f in _IMAGE_FIELDS}
+                values["rel_path"] = dbpaths.to_db(w.rel_path)
+                values["updated_at"] = now
+                image_id = w.image_id
+                if image_id is None:
+                    # The path may hold a soft-deleted or unreadable row from before: reuse it.
+                    image_id = conn.execute(
+                        select(images.c.id).where(
+                            images.c.library_id == w.library_id,
+                            images.c.rel_path == values["rel_path"],
+                        )
+                    ).scalar()
+                if image_id is None:
+                    values.update(library_id=w.library_id, added_at=now)
+                    image_id = conn.execute(insert(images).values(**values)).inserted_primary_key[0]
+                else:
+                    # A moved row takes over the path; a stale row still holding it is dropped.
+                    conn.execute(
+                        delete(images).where(
+                            images.c.library_id == w.library_id,
+                            images.c.rel_path == values["rel_path"],
+                            images.c.id != image_id,
+                        )
+                    )
+                    conn.execute(update(images).where(images.c.id == image_id).values(**values))
+                if w.vector is not None:
+                    conn.execute(
+                        delete(embeddings).where(
+                            embeddings.c.image_id == image_id, embeddings.c.model_id == model_id
+                        )
+                    )
+                    conn.execute(
+                        insert(embeddings).values(
+                            image_id=image_id,
+                            model_id=model_id,
+                            dims=int(w.vector.shape[-1]),
+                            vector=vector_to_blob(w.vector),
+                            created_at=now,
+                        )
+                    )
+                elif w.status != STATUS_OK:
+                    conn.execute(delete(embeddings).where(embeddings.c.image_id == image_id))
+                out.append(int(image_id))
+            if deleted_ids:
+                ids = [int(i) for i in deleted_ids]
+                for start in range(0, len(ids), 900):
+                    conn.execute(
+                        update(images)
+                        .where(images.c.id.in_(ids[start : start + 900]))
+                        .values(status=STATUS_DELETED, updated_at=now)
+                    )
+        return out
+
+    def touch_images(self, updates: Sequence[tuple[int, int, int]]) -> None:
+        """Record new (size, mtime_ns) for files whose content hash did not change."""
+        if not updates:
+            return
+        now = time.time()
+        with self.write() as conn:
+            for image_id, size, mtime_ns in updates:
+                conn.execute(
+                    update(images)
+                    .where(images.c.id == image_id)
+                    .values(size=size, mtime_ns=mtime_ns, updated_at=now)
+                )
+
+    def purge_deleted(self, library_id: int | None = None) -> int:
+        """Remove soft-deleted rows for good (only when the user asks)."""
+        with self.write() as conn:
+            cond = images.c.status == STATUS_DELETED
+            if library_id is not None:
+                cond = and_(cond, images.c.library_id == library_id)
+            return conn.execute(delete(images).where(cond)).rowcount
+
+    def status_counts(self, library_id: int) -> dict[str, int]:
+        with self.read() as conn:
+            q = (
+                select(images.c.status, func.count())
+                .where(images.c.library_id == library_id)
+                .group_by(images.c.status)
+            )
+            return {s: int(n) for s, n in conn.execute(q)}
+
+    def unreadable(self, library_id: int) -> list[ImageRecord]:
+        with self.read() as conn:
+            q = select(images).where(images.c.library_id == library_id, images.c.status == "unreadable")
+            return [_row_to_record(r) for r in conn.execute(q)]
+
+    def filtered_ids(self, library_id: int, flt: ImageFilter) -> set[int]:
+        """Live image ids of a library that pass the filter."""
+        lib = self.library(library_id)
+        conds = [images.c.library_id == library_id, images.c.status == STATUS_OK]
+        if flt.folder:
+            rel = _folder_relative_to(flt.folder, lib.root)
+            if rel is None:
+                return set()
+            if rel:
+                rel_db = dbpaths.to_db(rel)
+                conds.append(
+                    or_(images.c.rel_path == rel_db, images.c.rel_path.startswith(rel_db + "/", autoescape=True))
+                )
+        if flt.after:
+            conds.append(images.c.exif_date >= flt.after)
+        if flt.before:
+            conds.append(images.c.exif_date < flt.before)
+        if flt.camera:
+            pat = f"%{flt.camera.lower()}%"
+            conds.append(
+                or_(
+                    func.lower(func.coalesce(images.c.camera_make, "")).like(pat),
+                    func.lower(func.coalesce(images.c.camera_model, "")).like(pat),
+                    func.lower(
+                        func.coalesce(images.c.camera_make, "") + " " + func.coalesce(images.c.camera_model, "")
+                    ).like(pat),
+                )
+            )
+        with self.read() as conn:
+            return {int(r[0]) for r in conn.execute(select(images.c.id).where(*conds))}
+
+    def model_ids(self) -> set[str]:
+        with self.read() as conn:
+            return {r[0] for r in conn.execute(select(embeddings.c.model_id).distinct())}
+
+    def duplicate_paths(self) -> int:
+        """Rows sharing (library, path): always 0 thanks to the unique constraint; checked by tests."""
+        with self.read() as conn:
+            q = select(func.count()).select_from(
+                select(images.c.library_id, images.c.rel_path)
+                .group_by(images.c.library_id, images.c.rel_path)
+                .having(func.count() > 1)
+                .subquery()
+            )
+            return int(conn.execute(q).scalar() or 0)
+
+
+def _folder_relative_to(folder: str, root: str) -> str | None:
+    """'' for the root itself, a relative '/'-path inside it, or None when outside this library."""
+    p = Path(folder).expanduser()
+    if not p.is_absolute():
+        return p.as_posix().strip("/")
+    try:
+        rel = p.resolve().relative_to(Path(root))
+    except ValueError:
+        return None
+    s = rel.as_posix()
+    return "" if s == "." else s
+
+
+def open_catalog(path: Path) -> Catalog:
+    return Catalog(path)

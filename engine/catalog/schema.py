@@ -1,0 +1,75 @@
+"""Catalog tables (SQLAlchemy Core). The catalog holds every vector; ANN indexes derive from it."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String, primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+libraries = Table(
+    "libraries",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("root", Text, nullable=False, unique=True),
+    Column("status", String, nullable=False, default="online"),
+    Column("added_at", Float, nullable=False),
+    Column("last_scan_at", Float),
+)
+
+images = Table(
+    "images",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("library_id", Integer, ForeignKey("libraries.id", ondelete="CASCADE"), nullable=False),
+    # Relative to the library root, '/'-separated; see catalog.paths for non-UTF-8 names.
+    Column("rel_path", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("mtime_ns", BigInteger, nullable=False),
+    Column("content_hash", String),
+    Column("width", Integer),
+    Column("height", Integer),
+    Column("exif_date", String),
+    Column("camera_make", String),
+    Column("camera_model", String),
+    Column("orientation", Integer),
+    Column("status", String, nullable=False),
+    Column("reason", Text),
+    Column("added_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("library_id", "rel_path", name="uq_images_library_path"),
+)
+Index("ix_images_hash", images.c.library_id, images.c.content_hash)
+Index("ix_images_status", images.c.library_id, images.c.status)
+
+embeddings = Table(
+    "embeddings",
+    metadata,
+    Column("image_id", Integer, ForeignKey("images.id", ondelete="CASCADE"), nullable=False),
+    Column("model_id", String, nullable=False),
+    Column("dims", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=False),  # float32 little-endian, L2-normalised
+    Column("created_at", Float, nullable=False),
+    PrimaryKeyConstraint("image_id", "model_id", name="pk_embeddings"),
+)
+Index("ix_embeddings_model", embeddings.c.model_id)

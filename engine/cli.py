@@ -1,0 +1,320 @@
+"""The `longlens` command: thin argument parsing over engine functions.
+
+Heavy libraries (torch, transformers) load only inside the commands that need them,
+so `longlens --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.errors import JobCancelled, LonglensError
+from engine.jobs import CancelToken, Progress
+
+
+def _paths(args: argparse.Namespace):
+    from engine.config import get_paths
+
+    return get_paths(args.home)
+
+
+def _services(args: argparse.Namespace):
+    from engine.services import Services
+
+    return Services(_paths(args))
+
+
+def _print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, ensure_ascii=False, default=str)
+    sys.stdout.write("\n")
+
+
+def drive(job: Iterator[Progress], *, quiet: bool, unit: str = "img") -> Progress | None:
+    """Run a job under a progress bar on stderr (count, rate, ETA); Ctrl+C cancels cleanly."""
+    from tqdm import tqdm
+
+    bars: dict[str, tqdm] = {}
+    last = None
+    try:
+        for last in job:
+            if quiet or last.stage == "done":
+                continue
+            bar = bars.get(last.stage)
+            if bar is None:
+                for b in bars.values():
+                    b.close()
+                bar = bars[last.stage] = tqdm(
+                    total=last.total, desc=last.stage, unit=unit, file=sys.stderr, dynamic_ncols=True
+                )
+            if last.total is not None and bar.total != last.total:
+                bar.total = last.total
+            bar.n = last.done
+            bar.refresh()
+    finally:
+        for b in bars.values():
+            b.close()
+    return last
+
+
+def _run_cancellable(make_job, quiet: bool, unit: str = "img") -> Progress | None:
+    token = CancelToken()
+    job = make_job(token)
+    try:
+        return drive(job, quiet=quiet, unit=unit)
+    except KeyboardInterrupt:
+        token.cancel()
+        # Let the job reach its next checkpoint, commit what it has and save the index.
+        return drive(job, quiet=True)
+
+
+# -- commands ---------------------------------------------------------------------
+def cmd_paths(args: argparse.Namespace) -> int:
+    paths = _paths(args)
+    if args.json:
+        _print_json(paths.as_dict())
+    else:
+        for k, v in paths.as_dict().items():
+            print(f"{k:8} {v}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from engine.models import registry
+
+    paths = _paths(args).ensure()
+    if args.models_cmd == "list":
+        rows = registry.list_models(paths)
+        if args.json:
+            _print_json([registry.status_to_json(r) for r in rows])
+        else:
+            for r in rows:
+                state = "installed" if r.installed else "not installed"
+                print(f"{r.name:24} {r.backend:16} {state:14} {r.description}")
+        return 0
+    if args.models_cmd == "pull":
+        from engine.models.download import pull_model
+
+        _run_cancellable(
+            lambda tok: pull_model(args.name, paths, cancel=tok, trust_unpinned=args.trust_unpinned),
+            quiet=False,
+            unit="B",
+        )
+        print(f"installed {args.name} in {registry.installed_model_dir(args.name, paths)}")
+        return 0
+    if args.models_cmd == "import":
+        from engine.models.download import import_model
+
+        dest = import_model(Path(args.dir), args.name, paths, replace=args.replace)
+        print(f"imported {args.name} into {dest}")
+        return 0
+    if args.models_cmd == "verify":
+        from engine.models.download import verify_model
+
+        report = verify_model(args.name, paths)
+        if args.json:
+            _print_json(registry.report_to_json(report))
+        else:
+            print(registry.format_report(report))
+        return 0 if report.ok else 1
+    raise AssertionError(args.models_cmd)
+
+
+def _summary_text(s: dict) -> str:
+    lines = [
+        f"library  {s['root']}  (model {s['model_id']})",
+    ]
+    if s["offline"]:
+        lines.append("  OFFLINE: the folder is missing or unmounted; nothing was changed")
+        return "\n".join(lines)
+    lines.append(
+        f"  scanned {s['scanned']}  new {s['new']}  changed {s['changed']}  moved {s['moved']}  "
+        f"unchanged {s['unchanged']}  deleted {s['deleted']}  embedded {s['embedded']}  "
+        f"reused {s['reused']}  in {s['elapsed_s']:.1f}s"
+    )
+    if s["cancelled"]:
+        lines.append("  CANCELLED: committed batches are kept; run again to resume")
+    if s["unreadable"]:
+        lines.append(f"  unreadable ({len(s['unreadable'])}):")
+        lines += [f"    {u['path']}: {u['reason']}" for u in s["unreadable"][:50]]
+    if s["skipped"]:
+        lines.append(f"  skipped ({len(s['skipped'])}):")
+        lines += [f"    {u['path']}: {u['reason']}" for u in s["skipped"][:50]]
+    lines += [f"  note: {n}" for n in s["index_notes"]]
+    return "\n".join(lines)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    with _services(args) as svc:
+        embedder = svc.embedder(args.model, device=args.device)
+        indexer = svc.indexer(embedder, batch_size=args.batch_size)
+        summaries = []
+        for folder in args.paths:
+            last = _run_cancellable(lambda tok, f=folder: indexer.run(f, cancel=tok), quiet=args.json or args.quiet)
+            summary = last.extra["summary"].as_dict()
+            summaries.append(summary)
+            if not args.json:
+                print(_summary_text(summary))
+        if args.json:
+            _print_json(summaries[0] if len(summaries) == 1 else summaries)
+        if any(s["offline"] for s in summaries):
+            return 3
+        return 130 if any(s["cancelled"] for s in summaries) else 0
+
+
+def _filter(args: argparse.Namespace):
+    from engine.catalog import ImageFilter
+
+    def iso(d: str | None, name: str) -> str | None:
+        if d is None:
+            return None
+        import datetime as dt
+
+        try:
+            return dt.date.fromisoformat(d).isoformat()
+        except ValueError:
+            raise LonglensError(f"--{name} expects a date like 2024-05-31, got {d!r}") from None
+
+    return ImageFilter(folder=args.folder, after=iso(args.after, "after"), before=iso(args.before, "before"),
+                       camera=args.camera)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from engine.errors import QueryError
+
+    if args.image is None and args.query is None:
+        raise QueryError("give a paragraph to search for, or --image PATH")
+    with _services(args) as svc:
+        embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
+        searcher = svc.searcher(embedder)
+        flt = _filter(args)
+        if args.image is not None:
+            result = searcher.search_image(args.image, top_k=args.top, flt=flt)
+        else:
+            text = sys.stdin.read() if args.query == "-" else args.query
+            result = searcher.search_text(text, top_k=args.top, flt=flt, max_tokens=args.max_tokens)
+        if args.json:
+            _print_json({
+                "model": result.model_id,
+                "tokens_used": result.tokens_used,
+                "tokens_total": result.tokens_total,
+                "truncated": result.truncated,
+                "timings_ms": result.timings_ms,
+                "results": [h.to_json() for h in result.hits],
+            })
+            return 0
+        if result.tokens_total is not None:
+            note = " (TRUNCATED)" if result.truncated else ""
+            print(f"query: {result.tokens_used}/{result.tokens_total} tokens used{note}; model {result.model_id}")
+        if not result.hits:
+            print("no results (is the folder indexed with this model? try `longlens index DIR`)")
+        for h in result.hits:
+            print(f"{h.rank:4}  {h.score:8.4f}  {h.path}")
+        return 0
+
+
+def cmd_libraries(args: argparse.Namespace) -> int:
+    with _services(args) as svc:
+        rows = []
+        for lib in svc.catalog.libraries():
+            rows.append({"id": lib.id, "root": lib.root, "status": lib.status,
+                         "counts": svc.catalog.status_counts(lib.id)})
+        if args.json:
+            _print_json(rows)
+        else:
+            for r in rows:
+                counts = ", ".join(f"{k} {v}" for k, v in sorted(r["counts"].items())) or "empty"
+                print(f"{r['id']:3}  {r['status']:8} {r['root']}  ({counts})")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from engine.demo import run_demo
+
+    return run_demo(_paths(args), no_gui=args.no_gui, out=sys.stdout)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="longlens", description="Search photo collections with paragraphs.")
+    p.add_argument("--home", help="keep all Longlens data under this folder (same as $LONGLENS_HOME)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    sp = sub.add_parser("paths", help="show where Longlens keeps its data")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_paths)
+
+    sm = sub.add_parser("models", help="list, pull, import and verify models")
+    msub = sm.add_subparsers(dest="models_cmd", required=True)
+    ml = msub.add_parser("list")
+    ml.add_argument("--json", action="store_true")
+    mp = msub.add_parser("pull", help="download a registered model (pinned revision, SHA-256 checked)")
+    mp.add_argument("name")
+    mp.add_argument("--trust-unpinned", action="store_true",
+                    help="accept files whose hash the registry does not pin (records the hash seen)")
+    mi = msub.add_parser("import", help="install a local Hugging Face-format folder (the offline path)")
+    mi.add_argument("dir")
+    mi.add_argument("--name", required=True)
+    mi.add_argument("--replace", action="store_true")
+    mv = msub.add_parser("verify", help="re-check an installed model's files against its manifest")
+    mv.add_argument("name")
+    mv.add_argument("--json", action="store_true")
+    sm.set_defaults(func=cmd_models)
+
+    si = sub.add_parser("index", help="index (or re-index) photo folders incrementally")
+    si.add_argument("paths", nargs="+")
+    si.add_argument("--model")
+    si.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    si.add_argument("--batch-size", type=int, default=32)
+    si.add_argument("--json", action="store_true", help="print a JSON summary")
+    si.add_argument("--quiet", action="store_true", help="no progress bar")
+    si.set_defaults(func=cmd_index)
+
+    ss = sub.add_parser("search", help="search with a paragraph (or - to read it from stdin)")
+    ss.add_argument("query", nargs="?")
+    ss.add_argument("--top", type=int, default=20)
+    ss.add_argument("--json", action="store_true")
+    ss.add_argument("--image", help="search with an image instead of text")
+    ss.add_argument("--folder", help="only images under this folder")
+    ss.add_argument("--after", help="only images taken on or after this date (YYYY-MM-DD)")
+    ss.add_argument("--before", help="only images taken before this date (YYYY-MM-DD)")
+    ss.add_argument("--camera", help="only images whose camera make/model contains this text")
+    ss.add_argument("--model")
+    ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder")
+    ss.add_argument("--max-tokens", type=int, help="token budget for the query (default: the model's)")
+    ss.add_argument("--device", default="auto")
+    ss.set_defaults(func=cmd_search)
+
+    sl = sub.add_parser("libraries", help="list indexed folders and their status")
+    sl.add_argument("--json", action="store_true")
+    sl.set_defaults(func=cmd_libraries)
+
+    sd = sub.add_parser("demo", help="index a generated sample collection and run a sample query")
+    sd.add_argument("--no-gui", action="store_true")
+    sd.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.home:
+        os.environ["LONGLENS_HOME"] = args.home
+    try:
+        return int(args.func(args) or 0)
+    except JobCancelled:
+        print("cancelled", file=sys.stderr)
+        return 130
+    except LonglensError as exc:
+        print(f"longlens: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""One ANN index per (library, model), derived from the catalog and kept in agreement with it."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+from engine.catalog import Catalog
+from engine.index.vector_index import VectorIndex
+
+
+def index_path(indexes_dir: Path, library_id: int, model_id: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id)
+    return Path(indexes_dir) / f"library-{library_id}--{slug}.llidx"
+
+
+class IndexStore:
+    """Opens indexes lazily; on open, rebuilds from the catalog if the file is bad and
+    reconciles with the catalog's ids (a crash can leave the file behind the catalog)."""
+
+    def __init__(self, indexes_dir: Path, catalog: Catalog) -> None:
+        self.dir = Path(indexes_dir)
+        self.catalog = catalog
+        self._open: dict[tuple[int, str], VectorIndex] = {}
+        self._lock = threading.Lock()
+        self.notes: list[str] = []
+
+    def get(self, library_id: int, model_id: str, dim: int) -> VectorIndex:
+        key = (library_id, model_id)
+        with self._lock:
+            idx = self._open.get(key)
+            if idx is not None:
+                return idx
+            self.dir.mkdir(parents=True, exist_ok=True)
+            path = index_path(self.dir, library_id, model_id)
+            idx, note = VectorIndex.open_or_rebuild(
+                path, dim, lambda: self.catalog.all_vectors(library_id, model_id)
+            )
+            if note:
+                self.notes.append(note)
+            truth = self.catalog.embedded_ids(library_id, model_id)
+            import numpy as np
+
+            added, removed = idx.reconcile(
+                np.fromiter(sorted(truth), dtype=np.int64, count=len(truth)),
+                lambda ids: self.catalog.vectors_for(ids.tolist(), model_id),
+            )
+            if added or removed:
+                self.notes.append(
+                    f"index for library {library_id} was behind the catalog: "
+                    f"{added} added, {removed} removed"
+                )
+                idx.save(path)
+            self._open[key] = idx
+            return idx
+
+    def save(self, library_id: int, model_id: str) -> None:
+        idx = self._open.get((library_id, model_id))
+        if idx is not None:
+            idx.save(index_path(self.dir, library_id, model_id))
+
+    def drop(self, library_id: int) -> None:
+        """Forget a removed library's indexes (the files are derived data)."""
+        with self._lock:
+            for key in [k for k in self._open if k[0] == library_id]:
+                del self._open[key]
+        for p in self.dir.glob(f"library-{library_id}--*.llidx"):
+            p.unlink(missing_ok=True)

@@ -1,0 +1,353 @@
+"""Incremental indexing: scan -> classify -> hash/decode (thread pool) -> embed (batches) -> commit.
+
+The same generator runs under the CLI's progress bar and the GUI's worker thread.
+Each batch is committed in one transaction together with its vectors, so a crash loses
+at most one batch; rows that vanished from disk are soft-deleted only after a complete
+scan, and never when the root itself is missing (an unmounted drive is not a deletion).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine.catalog import Catalog, ImageWrite
+from engine.errors import DecodeError
+from engine.index.store import IndexStore
+from engine.index.vector_index import VectorIndex
+from engine.indexing.decode import SUPPORTED_EXTENSIONS, decode_image
+from engine.indexing.scanner import FileEntry, Skipped, scan_folder
+from engine.jobs import CancelToken, Progress, RateMeter
+from engine.models.base import Embedder
+from engine.types import (
+    LIBRARY_OFFLINE,
+    LIBRARY_ONLINE,
+    STATUS_DELETED,
+    STATUS_OK,
+    STATUS_UNREADABLE,
+    ImageMeta,
+    ImageRecord,
+)
+
+HASH_CHUNK = 1 << 20
+
+
+def content_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class IndexSummary:
+    root: str
+    model_id: str
+    library_id: int | None = None
+    offline: bool = False
+    cancelled: bool = False
+    scanned: int = 0
+    new: int = 0
+    changed: int = 0
+    moved: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    embedded: int = 0  # images that went through the model
+    reused: int = 0  # identical content already embedded: vector copied, no inference
+    unreadable: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    index_notes: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Candidate:
+    entry: FileEntry
+    previous: ImageRecord | None  # the row currently at this path, if any
+
+
+@dataclass
+class _Prepared:
+    candidate: _Candidate
+    content_hash: str | None = None
+    pixels: np.ndarray | None = None  # preprocessed, ready for the model
+    meta: ImageMeta | None = None
+    error: str | None = None
+    needs_model: bool = False
+    vector: np.ndarray | None = None
+
+
+class Indexer:
+    """Indexes library folders into the catalog and the ANN indexes for one embedder."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        store: IndexStore,
+        embedder: Embedder,
+        *,
+        batch_size: int = 32,
+        decode_workers: int = 2,
+    ) -> None:
+        self.catalog = catalog
+        self.store = store
+        self.embedder = embedder
+        self.batch_size = batch_size
+        self.decode_workers = decode_workers
+
+    # -- the job ------------------------------------------------------------
+    def run(self, root: Path | str, cancel: CancelToken | None = None) -> Iterator[Progress]:
+        """Index one folder. The last Progress has stage "done" and the summary in extra["summary"]."""
+        cancel = cancel or CancelToken()
+        t0 = time.monotonic()
+        root = Path(root).expanduser().resolve()
+        model_id = self.embedder.model_id
+        summary = IndexSummary(root=str(root), model_id=model_id)
+
+        lib = self.catalog.library_by_root(root)
+        if not root.is_dir():
+            # Missing or unmounted root: report offline, delete nothing.
+            summary.offline = True
+            if lib is not None:
+                summary.library_id = lib.id
+                self.catalog.set_library_status(lib.id, LIBRARY_OFFLINE)
+            summary.elapsed_s = time.monotonic() - t0
+            yield Progress("done", message=f"{root} is offline or missing; nothing changed",
+                           extra={"summary": summary})
+            return
+        if lib is None:
+            lib = self.catalog.add_library(root)
+        summary.library_id = lib.id
+        self.catalog.set_library_status(lib.id, LIBRARY_ONLINE)
+
+        # 1. scan
+        entries: list[FileEntry] = []
+        for item in scan_folder(root, SUPPORTED_EXTENSIONS, cancel=None):
+            if cancel.cancelled:
+                break
+            if isinstance(item, Skipped):
+                summary.skipped.append({"path": item.rel_path, "reason": item.reason})
+            else:
+                entries.append(item)
+                if len(entries) % 500 == 0:
+                    yield Progress("scan", len(entries), None, f"found {len(entries)} images")
+        summary.scanned = len(entries)
+        if cancel.cancelled:
+            summary.cancelled = True
+            summary.elapsed_s = time.monotonic() - t0
+            yield Progress("done", message="cancelled during scan", extra={"summary": summary})
+            return
+        yield Progress("scan", len(entries), len(entries), f"found {len(entries)} images")
+
+        # 2. classify against the catalog
+        records = self.catalog.image_records(lib.id)
+        by_path = {r.rel_path: r for r in records}
+        embedded = self.catalog.embedded_ids(lib.id, model_id)
+        seen: set[str] = set()
+        candidates: list[_Candidate] = []
+        for e in entries:
+            seen.add(e.rel_path)
+            rec = by_path.get(e.rel_path)
+            if rec is None or rec.status == STATUS_DELETED:
+                candidates.append(_Candidate(e, rec))
+            elif rec.size != e.size or rec.mtime_ns != e.mtime_ns:
+                candidates.append(_Candidate(e, rec))
+            elif rec.status == STATUS_OK and rec.id not in embedded:
+                candidates.append(_Candidate(e, rec))  # indexed before with another model
+            else:
+                summary.unchanged += 1
+        vanished = [r for r in records if r.rel_path not in seen and r.status != STATUS_DELETED]
+        # Rows whose file disappeared but whose content may reappear elsewhere (a move).
+        movable = {r.content_hash: r for r in vanished if r.content_hash and r.id in embedded}
+        known_hashes = self.catalog.hashes_with_vectors(model_id)
+
+        claimed: set[int] = set()  # ids of vanished rows taken over by a moved file
+        index = self.store.get(lib.id, model_id, self.embedder.dim)
+        summary.index_notes.extend(self.store.notes)
+        self.store.notes.clear()
+
+        # 3. hash, decode, embed, commit — batch by batch
+        meter = RateMeter(len(candidates))
+        done = 0
+        size = self.embedder.image_size
+        with ThreadPoolExecutor(max_workers=self.decode_workers, thread_name_prefix="longlens-decode") as pool:
+            def prepare(c: _Candidate) -> _Prepared:
+                return self._prepare(c, size, movable, known_hashes)
+
+            # Bounded look-ahead: decoding of the next batch overlaps embedding of this one,
+            # and memory stays bounded however large the folder.
+            pending: list[Future[_Prepared]] = []
+            it = iter(candidates)
+            lookahead = self.batch_size * 2
+
+            def refill() -> None:
+                while len(pending) < lookahead:
+                    c = next(it, None)
+                    if c is None:
+                        return
+                    pending.append(pool.submit(prepare, c))
+
+            refill()
+            while pending:
+                if cancel.cancelled:
+                    for f in pending:
+                        f.cancel()
+                    summary.cancelled = True
+                    break
+                batch = [f.result() for f in pending[: self.batch_size]]
+                del pending[: self.batch_size]
+                refill()
+                self._commit_batch(batch, lib.id, index, movable, claimed, summary)
+                done += len(batch)
+                yield meter.progress("index", done, f"{done}/{len(candidates)} files")
+
+        # 4. sweep: only after a complete scan and pass
+        if not summary.cancelled:
+            gone = [r.id for r in vanished if r.id not in claimed]
+            if gone:
+                self.catalog.write_batch(model_id, [], deleted_ids=gone)
+                index.delete(np.asarray(gone, dtype=np.int64))
+                summary.deleted = len(gone)
+            self.catalog.set_library_status(lib.id, LIBRARY_ONLINE, scanned=True)
+        self.store.save(lib.id, model_id)
+        summary.elapsed_s = time.monotonic() - t0
+        msg = "cancelled; committed batches are kept" if summary.cancelled else "indexing complete"
+        yield Progress("done", done, len(candidates), msg, extra={"summary": summary})
+
+    # -- steps --------------------------------------------------------------
+    def _prepare(
+        self, c: _Candidate, size: int, movable: dict[str, ImageRecord], known_hashes: set[str]
+    ) -> _Prepared:
+        """Runs in a worker thread: hash the file, decode and preprocess it if the model must see it."""
+        p = _Prepared(c)
+        try:
+            p.content_hash = content_hash(c.entry.abs_path)
+        except OSError as exc:
+            p.error = "permission denied" if isinstance(exc, PermissionError) else f"read error: {exc.strerror}"
+            return p
+        prev = c.previous
+        if prev is not None and prev.status == STATUS_OK and prev.content_hash == p.content_hash:
+            return p  # only the mtime changed
+        if p.content_hash in movable or p.content_hash in known_hashes:
+            return p  # a move or a copy: the vector exists already
+        try:
+            image, meta = decode_image(c.entry.abs_path, target_size=size)
+            p.pixels = self.embedder.preprocess([image])[0]
+            p.meta = meta
+            p.needs_model = True
+        except DecodeError as exc:
+            p.error = exc.reason
+        return p
+
+    def _commit_batch(
+        self,
+        batch: list[_Prepared],
+        library_id: int,
+        index: VectorIndex,
+        movable: dict[str, ImageRecord],
+        claimed: set[int],
+        summary: IndexSummary,
+    ) -> None:
+        model_id = self.embedder.model_id
+        writes: list[ImageWrite] = []
+        vectors: list[np.ndarray | None] = []
+        touches: list[tuple[int, int, int]] = []
+        to_embed = [p for p in batch if p.needs_model]
+        if to_embed:
+            vecs = self.embedder.encode_pixels(np.stack([p.pixels for p in to_embed]))
+            for p, v in zip(to_embed, vecs, strict=True):
+                p.vector = v
+            summary.embedded += len(to_embed)
+        removed_from_index: list[int] = []
+        for p in batch:
+            e, prev = p.candidate.entry, p.candidate.previous
+            base = dict(library_id=library_id, rel_path=e.rel_path, size=e.size, mtime_ns=e.mtime_ns,
+                        content_hash=p.content_hash)
+            if p.error is not None:
+                writes.append(ImageWrite(**base, status=STATUS_UNREADABLE, reason=p.error,
+                                         image_id=prev.id if prev else None))
+                vectors.append(None)
+                summary.unreadable.append({"path": e.rel_path, "reason": p.error})
+                if prev is not None:
+                    removed_from_index.append(prev.id)
+                continue
+            if prev is not None and prev.status == STATUS_OK and prev.content_hash == p.content_hash \
+                    and not p.needs_model:
+                touches.append((prev.id, e.size, e.mtime_ns))
+                summary.unchanged += 1
+                continue
+            if p.needs_model:
+                writes.append(ImageWrite(**base, status=STATUS_OK, **_meta_fields(p.meta),
+                                         image_id=prev.id if prev else None, vector=p.vector))
+                vectors.append(p.vector)
+                if prev is None or prev.status == STATUS_DELETED:
+                    summary.new += 1
+                else:
+                    summary.changed += 1
+                continue
+            # No inference needed: a moved file takes its old row (vector kept), a copy reuses a vector.
+            src = movable.get(p.content_hash)
+            if src is not None and src.id not in claimed:
+                claimed.add(src.id)
+                if prev is not None and prev.id != src.id:
+                    removed_from_index.append(prev.id)
+                writes.append(ImageWrite(**base, status=STATUS_OK, **_meta_fields(src), image_id=src.id))
+                vectors.append(None)
+                summary.moved += 1
+                continue
+            copy = self.catalog.embedded_copy(p.content_hash, model_id)
+            if copy is None:
+                # The donor vanished mid-run (rare): decode now rather than lose the file.
+                try:
+                    image, meta = decode_image(e.abs_path, target_size=self.embedder.image_size)
+                    vec = self.embedder.encode_images([image])[0]
+                    donor = _meta_fields(meta)
+                    summary.embedded += 1
+                except DecodeError as exc:
+                    writes.append(ImageWrite(**base, status=STATUS_UNREADABLE, reason=exc.reason,
+                                             image_id=prev.id if prev else None))
+                    vectors.append(None)
+                    summary.unreadable.append({"path": e.rel_path, "reason": exc.reason})
+                    continue
+            else:
+                vec, twin = copy
+                donor = _meta_fields(twin)
+                summary.reused += 1
+            writes.append(ImageWrite(**base, status=STATUS_OK, image_id=prev.id if prev else None,
+                                     vector=vec, **donor))
+            vectors.append(vec)
+            if prev is None or prev.status == STATUS_DELETED:
+                summary.new += 1
+            else:
+                summary.changed += 1
+        if touches:
+            self.catalog.touch_images(touches)
+        if writes:
+            ids = self.catalog.write_batch(model_id, writes)
+            add_ids = [i for i, v in zip(ids, vectors, strict=True) if v is not None]
+            if add_ids:
+                index.add(np.asarray(add_ids, dtype=np.int64),
+                          np.stack([v for v in vectors if v is not None]))
+        if removed_from_index:
+            index.delete(np.asarray(removed_from_index, dtype=np.int64))
+
+
+def _meta_fields(m: ImageMeta | ImageRecord) -> dict:
+    return {
+        "width": m.width,
+        "height": m.height,
+        "exif_date": m.exif_date,
+        "camera_make": m.camera_make,
+        "camera_model": m.camera_model,
+        "orientation": m.orientation,
+    }

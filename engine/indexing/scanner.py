@@ -1,0 +1,114 @@
+"""Walk a library folder: image files with their size and mtime, and what was skipped and why.
+
+Hidden and system folders are skipped, symlinked folders are followed once (loops are
+detected by device+inode), and unreadable entries are reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.jobs import CancelToken
+
+# Folders that hold OS or NAS bookkeeping, never a user's photos.
+SYSTEM_FOLDERS = frozenset(
+    {
+        "$recycle.bin",
+        "system volume information",
+        "@eadir",  # Synology thumbnails
+        "#recycle",
+        "lost+found",
+        "__macosx",
+        ".trashes",
+        ".spotlight-v100",
+        ".fseventsd",
+        "node_modules",
+    }
+)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    rel_path: str  # '/'-separated, relative to the root
+    abs_path: Path
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class Skipped:
+    rel_path: str
+    reason: str
+
+
+def _skip_dir(name: str) -> bool:
+    return name.startswith(".") or name.lower() in SYSTEM_FOLDERS
+
+
+def scan_folder(
+    root: Path, extensions: frozenset[str], cancel: CancelToken | None = None
+) -> Iterator[FileEntry | Skipped]:
+    """Yield every image file under root (by extension) and every entry that had to be skipped."""
+    root = Path(root)
+    try:
+        root_st = root.stat()
+    except OSError as exc:
+        yield Skipped("", f"root unreadable: {exc.strerror or exc}")
+        return
+    visited = {(root_st.st_dev, root_st.st_ino)}
+    stack: list[tuple[Path, str]] = [(root, "")]
+    while stack:
+        if cancel is not None:
+            cancel.raise_if_cancelled()
+        folder, rel_folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except PermissionError:
+            yield Skipped(rel_folder or ".", "permission denied")
+            continue
+        except OSError as exc:
+            yield Skipped(rel_folder or ".", f"unreadable folder: {exc.strerror or exc}")
+            continue
+        subfolders: list[tuple[Path, str]] = []
+        for entry in entries:
+            rel = f"{rel_folder}/{entry.name}" if rel_folder else entry.name
+            try:
+                is_link = entry.is_symlink()
+                st = entry.stat(follow_symlinks=True)
+            except FileNotFoundError:
+                if is_link:
+                    yield Skipped(rel, "broken symlink")
+                continue  # vanished between listing and stat
+            except PermissionError:
+                yield Skipped(rel, "permission denied")
+                continue
+            except OSError as exc:
+                # ELOOP for a symlink pointing at itself, EIO on failing media, ...
+                yield Skipped(rel, f"unreadable: {exc.strerror or exc}")
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if _skip_dir(entry.name):
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if key in visited:
+                    if is_link:
+                        yield Skipped(rel, "symlink loop")
+                    continue
+                visited.add(key)
+                subfolders.append((Path(entry.path), rel))
+            elif stat.S_ISREG(st.st_mode):
+                if entry.name.startswith("."):
+                    continue
+                if os.path.splitext(entry.name)[1].lower() not in extensions:
+                    continue
+                if not os.access(entry.path, os.R_OK):
+                    yield Skipped(rel, "permission denied")
+                    continue
+                yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
+        # Depth-first in name order, so scans are deterministic.
+        stack.extend(reversed(subfolders))

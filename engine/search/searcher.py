@@ -1,0 +1,128 @@
+"""Paragraph or image query -> encode -> ANN per library (over-fetch when filtering) -> catalog -> hits."""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+
+from engine.catalog import Catalog, ImageFilter
+from engine.errors import DecodeError, QueryError
+from engine.index.store import IndexStore
+from engine.indexing.decode import decode_image
+from engine.models.base import Embedder
+from engine.types import SearchHit, SearchResult
+
+DEFAULT_TOP_K = 20
+
+
+def clean_query(text: str) -> str:
+    """Drop control characters (keeping line breaks and tabs as spaces) and normalise Unicode.
+
+    Raises QueryError for a query with nothing searchable left, so the user gets a
+    message instead of the ranking of an empty string.
+    """
+    if not isinstance(text, str):
+        raise QueryError("the query must be text")
+    text = unicodedata.normalize("NFC", text)
+    kept = []
+    for ch in text:
+        cat = unicodedata.category(ch)
+        if ch in "\n\r\t":
+            kept.append(" ")
+        elif cat in ("Cc", "Cf", "Cs", "Co", "Cn"):
+            continue
+        else:
+            kept.append(ch)
+    cleaned = " ".join("".join(kept).split())
+    if not cleaned:
+        raise QueryError("the query is empty: type a description of the photos you are looking for")
+    return cleaned
+
+
+class Searcher:
+    def __init__(self, catalog: Catalog, store: IndexStore, embedder: Embedder) -> None:
+        self.catalog = catalog
+        self.store = store
+        self.embedder = embedder
+
+    def search_text(
+        self,
+        text: str,
+        top_k: int = DEFAULT_TOP_K,
+        flt: ImageFilter | None = None,
+        max_tokens: int | None = None,
+    ) -> SearchResult:
+        t0 = time.perf_counter()
+        query = clean_query(text)
+        budget = min(max_tokens or self.embedder.default_text_tokens, self.embedder.max_text_tokens)
+        total = self.embedder.token_count(query)
+        vec = self.embedder.encode_texts([query], max_tokens=budget)[0]
+        t1 = time.perf_counter()
+        result = self.search_vector(vec, top_k, flt)
+        result.tokens_total = total
+        result.tokens_used = min(total, budget)
+        result.truncated = total > budget
+        result.timings_ms["encode"] = (t1 - t0) * 1000
+        return result
+
+    def search_image(self, path: Path | str, top_k: int = DEFAULT_TOP_K, flt: ImageFilter | None = None) -> SearchResult:
+        t0 = time.perf_counter()
+        path = Path(path)
+        try:
+            image, _ = decode_image(path, target_size=self.embedder.image_size)
+        except DecodeError as exc:
+            raise QueryError(f"cannot use {path} as a query image: {exc}") from exc
+        vec = self.embedder.encode_images([image])[0]
+        t1 = time.perf_counter()
+        result = self.search_vector(vec, top_k, flt)
+        result.timings_ms["encode"] = (t1 - t0) * 1000
+        return result
+
+    def search_vector(self, vec: np.ndarray, top_k: int, flt: ImageFilter | None = None) -> SearchResult:
+        if top_k < 1:
+            raise QueryError("--top must be at least 1")
+        model_id = self.embedder.model_id
+        t0 = time.perf_counter()
+        candidates: list[tuple[float, int, int]] = []  # (score, image id, library id)
+        for lib in self.catalog.libraries():
+            allowed = None
+            if flt is not None and not flt.is_empty():
+                ids = self.catalog.filtered_ids(lib.id, flt)
+                if not ids:
+                    continue
+                allowed = ids.__contains__
+            index = self.store.get(lib.id, model_id, self.embedder.dim)
+            if len(index) == 0:
+                continue
+            ids, scores = index.query(vec[None, :].astype(np.float32), top_k, allowed=allowed)[0]
+            candidates.extend((float(s), int(i), lib.id) for i, s in zip(ids, scores, strict=True))
+        t1 = time.perf_counter()
+        # Global order across libraries: score, then id, the same tie-break as exact search.
+        candidates.sort(key=lambda c: (-c[0], c[1]))
+        candidates = candidates[:top_k]
+        records = self.catalog.images_by_id([c[1] for c in candidates])
+        roots = {lib.id: lib.root for lib in self.catalog.libraries()}
+        hits = []
+        for score, image_id, lib_id in candidates:
+            rec = records.get(image_id)
+            if rec is None:
+                continue  # deleted between the ANN query and now
+            camera = " ".join(x for x in (rec.camera_make, rec.camera_model) if x) or None
+            hits.append(
+                SearchHit(
+                    rank=len(hits) + 1,
+                    image_id=image_id,
+                    path=str(Path(roots[lib_id]) / rec.rel_path),
+                    score=score,
+                    library_id=lib_id,
+                    rel_path=rec.rel_path,
+                    exif_date=rec.exif_date,
+                    camera=camera,
+                )
+            )
+        t2 = time.perf_counter()
+        return SearchResult(hits=hits, model_id=model_id, timings_ms={"ann": (t1 - t0) * 1000,
+                                                                       "catalog": (t2 - t1) * 1000})

@@ -1,0 +1,92 @@
+"""Builds the engine's long-lived objects once (catalog, index store, embedders) for the CLI and GUI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine.catalog import Catalog
+from engine.config import Paths
+from engine.errors import ModelError
+from engine.index.store import IndexStore
+from engine.models.base import Embedder
+
+SETTINGS_FILE = "settings.json"
+
+
+class Services:
+    def __init__(self, paths: Paths) -> None:
+        self.paths = paths.ensure()
+        self.catalog = Catalog(paths.catalog)
+        self.store = IndexStore(paths.indexes, self.catalog)
+        self._embedders: dict[tuple[str, str, str | None], Embedder] = {}
+
+    def close(self) -> None:
+        self.catalog.close()
+
+    def __enter__(self) -> Services:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- settings -----------------------------------------------------------
+    def settings(self) -> dict:
+        p = self.paths.config / SETTINGS_FILE
+        try:
+            return json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            return {}  # a damaged settings file must not stop the app; defaults apply
+
+    def save_settings(self, values: dict) -> None:
+        from engine.fileutil import atomic_write_text
+
+        merged = {**self.settings(), **values}
+        atomic_write_text(self.paths.config / SETTINGS_FILE, json.dumps(merged, indent=2))
+
+    # -- models -------------------------------------------------------------
+    def default_model_name(self, explicit: str | None = None) -> str:
+        """--model, else the settings' default, else the only model the catalog or disk knows."""
+        if explicit:
+            return explicit
+        configured = self.settings().get("default_model")
+        if configured:
+            return configured
+        used = self.catalog.model_ids()
+        if len(used) == 1:
+            return next(iter(used))
+        if len(used) > 1:
+            raise ModelError(
+                f"the catalog holds vectors of several models ({', '.join(sorted(used))}); pick one with --model"
+            )
+        from engine.models.registry import list_models
+
+        installed = [m.name for m in list_models(self.paths) if m.installed]
+        if len(installed) == 1:
+            return installed[0]
+        if not installed:
+            raise ModelError(
+                "no model is installed: run `longlens demo`, or `longlens models import DIR --name NAME`"
+            )
+        raise ModelError(f"several models are installed ({', '.join(installed)}); pick one with --model")
+
+    def embedder(self, name: str | None = None, device: str = "auto", text_tower: Path | None = None) -> Embedder:
+        name = self.default_model_name(name)
+        key = (name, device, str(text_tower) if text_tower else None)
+        if key not in self._embedders:
+            from engine.models.registry import load_embedder
+
+            self._embedders[key] = load_embedder(name, self.paths, device=device, text_tower_dir=text_tower)
+        return self._embedders[key]
+
+    def indexer(self, embedder: Embedder, **kwargs):
+        from engine.indexing.pipeline import Indexer
+
+        return Indexer(self.catalog, self.store, embedder, **kwargs)
+
+    def searcher(self, embedder: Embedder):
+        from engine.search.searcher import Searcher
+
+        return Searcher(self.catalog, self.store, embedder)
