@@ -7,6 +7,7 @@ so `longlens --help` answers at once.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -91,7 +92,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.models_cmd == "list":
         rows = registry.list_models(paths)
         if args.json:
-            _print_json([registry.status_to_json(r) for r in rows])
+            _print_json([dataclasses.asdict(r) for r in rows])
         else:
             for r in rows:
                 state = "installed" if r.installed else "not installed"
@@ -118,9 +119,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
         report = verify_model(args.name, paths)
         if args.json:
-            _print_json(registry.report_to_json(report))
+            _print_json({"name": args.name, "ok": report.ok, "files": [dataclasses.asdict(f) for f in report.files]})
         else:
-            print(registry.format_report(report))
+            print(report.summary())
         return 0 if report.ok else 1
     raise AssertionError(args.models_cmd)
 

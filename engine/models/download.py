@@ -1,0 +1,788 @@
+"""Installing models: pulling pinned files from the hub, importing local folders.
+
+This is the only module in Longlens that talks to a model hub. Rules it enforces:
+
+* Only allow-listed files of a registered spec, at its pinned commit (never a branch).
+* Every file is checked against its pinned SHA-256; a file without a pinned hash is installed only
+  when the user explicitly trusts it (`trust_unpinned`), and its computed hash then goes into the
+  manifest so that later verification still catches tampering.
+* Pickled weights (.bin) are accepted only when pinned; they are loaded with
+  `torch.load(weights_only=True)`, converted to model.safetensors and not kept. Imports refuse
+  pickles outright. Nothing is ever loaded with trust_remote_code.
+* Installs are atomic: files are assembled in a dot-prefixed staging folder inside paths.models,
+  checked, given their manifest, and only then renamed to their final name.
+
+Why not `hf_hub_download`: in huggingface_hub 2.x it downloads into a process-unique
+`*.incomplete` file and deletes it on failure (huggingface_hub PR #4228), so an interrupted
+900 MB download always restarts from zero. We use huggingface_hub's own pieces instead
+(`get_hf_file_metadata` for the HEAD with the hub's headers and redirects, `http_get` for the
+ranged GET with its retry logic) and keep the partial file under paths.cache ourselves, which
+makes a second pull continue where the first stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from engine.config import Paths
+from engine.errors import JobCancelled, ModelError, ModelIntegrityError, OfflineError
+from engine.jobs import CancelToken, Progress
+from engine.models.registry import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    ModelSpec,
+    check_model_name,
+    get_spec,
+    installed_model_dir,
+    sha256_file,
+    verify_dir,
+    verify_model,
+)
+
+__all__ = ["import_model", "pull_model", "verify_model"]
+
+PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt"})
+
+# What an import copies. Anything else in the source folder (README images, tf_model.h5,
+# flax weights, .gitattributes) is left behind.
+_IMPORT_NAMES = frozenset(
+    {
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "preprocessor_config.json",
+        "processor_config.json",
+        "special_tokens_map.json",
+        "tokenizer_config.json",
+        "tokenizer.json",
+        "vocab.txt",
+        "added_tokens.json",
+        "generation_config.json",
+        "README.md",
+        "LICENSE",
+        "LICENSE.txt",
+        "LICENSE.md",
+    }
+)
+_SHARD_RE = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
+# A paragraph-trained text tower (see engine.models.blip) may travel in a text_tower/ subfolder.
+TEXT_TOWER_DIR = "text_tower"
+_TEXT_TOWER_NAMES = frozenset({"text_tower.safetensors", "text_tower.json"})
+
+_STALE_AFTER_S = 24 * 3600
+_COPY_CHUNK = 4 * 1024 * 1024
+
+
+# --- Shared install machinery ----------------------------------------------------------------
+
+
+def _longlens_version() -> str:
+    from engine import __version__
+
+    return __version__
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _cleanup_stale(paths: Paths) -> None:
+    """Remove staging/trash folders left behind by a crash (older than a day, so never a live one)."""
+    if not paths.models.is_dir():
+        return
+    cutoff = time.time() - _STALE_AFTER_S
+    for d in paths.models.iterdir():
+        if d.name.startswith((".staging-", ".trash-")) and d.is_dir():
+            try:
+                if d.stat().st_mtime < cutoff:
+                    shutil.rmtree(d, ignore_errors=True)
+            except OSError:
+                pass
+
+
+def _new_staging(paths: Paths, name: str) -> Path:
+    paths.models.mkdir(parents=True, exist_ok=True)
+    _cleanup_stale(paths)
+    d = paths.models / f".staging-{name}-{uuid.uuid4().hex[:12]}"
+    d.mkdir()
+    return d
+
+
+def _write_manifest(staging: Path, manifest: dict[str, Any]) -> None:
+    tmp = staging / (MANIFEST_NAME + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, staging / MANIFEST_NAME)
+
+
+def _commit(staging: Path, final: Path, *, replace: bool) -> None:
+    """Rename the staged folder to its final name; the old one, if replaced, goes away after."""
+    if final.exists() or final.is_symlink():
+        if not replace:
+            raise ModelError(f"{final} already exists; pass replace to overwrite it")
+        trash = final.with_name(f".trash-{final.name}-{uuid.uuid4().hex[:12]}")
+        os.replace(final, trash)
+        try:
+            os.replace(staging, final)
+        except BaseException:
+            os.replace(trash, final)  # put the old model back rather than leave nothing
+            raise
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(staging, final)
+
+
+def _manifest(
+    *,
+    name: str,
+    backend: str,
+    source: str,
+    repo_id: str | None,
+    revision: str | None,
+    files: dict[str, dict[str, Any]],
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "format": MANIFEST_FORMAT,
+        "name": name,
+        "backend": backend,
+        "source": source,
+        "repo_id": repo_id,
+        "revision": revision,
+        "files": files,
+        "installed_at": _now_iso(),
+        "longlens_version": _longlens_version(),
+        **extra,
+    }
+
+
+def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
+    """config.json parses, and every safetensors file has a readable header (no weights loaded)."""
+    cfg_path = folder / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"{folder} has no config.json") from None
+    except (OSError, ValueError) as e:
+        raise ModelIntegrityError(f"config.json is not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ModelIntegrityError("config.json is not a JSON object")
+    if backend == "blip" and cfg.get("model_type") != "blip":
+        raise ModelError(
+            f"config.json says model_type={cfg.get('model_type')!r}; the blip backend needs a BLIP "
+            "checkpoint (model_type 'blip')"
+        )
+    from safetensors import safe_open
+
+    for rel in weights:
+        try:
+            with safe_open(str(folder / rel), framework="numpy") as f:
+                keys = list(f.keys())
+        except Exception as e:  # safetensors raises its own error types for bad headers
+            raise ModelIntegrityError(f"{rel} is not a valid safetensors file: {e}") from None
+        if not keys:
+            raise ModelIntegrityError(f"{rel} contains no tensors")
+
+
+# --- import ----------------------------------------------------------------------------------
+
+
+def _is_importable(rel: str) -> bool:
+    if rel.startswith(TEXT_TOWER_DIR + "/"):
+        return rel.split("/", 1)[1] in _TEXT_TOWER_NAMES
+    return rel in _IMPORT_NAMES or bool(_SHARD_RE.fullmatch(rel))
+
+
+def _allowed_roots(src: Path) -> list[Path]:
+    roots = [src]
+    # A huggingface_hub cache snapshot (…/snapshots/<commit>/) is made of symlinks into the
+    # repo's own …/blobs/ folder; following those is as safe as following links inside src.
+    if src.parent.name == "snapshots":
+        roots.append(src.parent.parent / "blobs")
+    return roots
+
+
+def _copy_hashing(src: Path, dst: Path) -> tuple[str, int]:
+    """Copy and hash in one pass, so the recorded hash is of the bytes we wrote."""
+    h = hashlib.sha256()
+    size = 0
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while chunk := fin.read(_COPY_CHUNK):
+            h.update(chunk)
+            fout.write(chunk)
+            size += len(chunk)
+        fout.flush()
+        os.fsync(fout.fileno())
+    return h.hexdigest(), size
+
+
+def import_model(
+    src_dir: str | os.PathLike[str],
+    name: str,
+    paths: Paths,
+    *,
+    backend: str = "blip",
+    replace: bool = False,
+) -> Path:
+    """Install a local Hugging Face-style model folder under `name`; returns the installed folder."""
+    check_model_name(name)
+    src = Path(src_dir).expanduser()
+    if not src.is_dir():
+        raise ModelError(f"{src} is not a folder")
+    src = src.resolve()
+    try:
+        spec = get_spec(name)
+    except ModelError:
+        spec = None
+    if spec is not None:
+        if spec.bundled:
+            raise ModelError(f"{name!r} is the bundled demo model; import under another name")
+        if backend != spec.backend:
+            raise ModelError(f"{name!r} is a {spec.backend} model; cannot import it as {backend!r}")
+    if backend != "blip":
+        raise ModelError(
+            f"importing {backend!r} models is not supported; only 'blip' folders can be imported"
+        )
+
+    final = paths.models / name
+    if (final.exists() or final.is_symlink()) and not replace:
+        raise ModelError(f"a model named {name!r} already exists at {final}; use --replace to overwrite it")
+
+    roots = _allowed_roots(src)
+    selected: list[tuple[str, Path]] = []  # (relative name in the install, source path)
+    pickles: list[str] = []
+    outside: list[str] = []
+
+    def scan(folder: Path, prefix: str) -> None:
+        for p in sorted(folder.iterdir()):
+            rel = prefix + p.name
+            if p.is_dir() and not p.is_symlink():
+                if not prefix and p.name == TEXT_TOWER_DIR:
+                    scan(p, rel + "/")
+                continue
+            if p.suffix.lower() in PICKLE_SUFFIXES:
+                pickles.append(rel)
+                continue
+            if not _is_importable(rel):
+                continue
+            if p.is_symlink():
+                try:
+                    target = p.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    outside.append(f"{rel} (broken link)")
+                    continue
+                if not any(target.is_relative_to(r) for r in roots) or not target.is_file():
+                    outside.append(f"{rel} -> {target}")
+                    continue
+            elif not p.is_file():
+                continue
+            selected.append((rel, p))
+
+    scan(src, "")
+    if pickles:
+        raise ModelIntegrityError(
+            f"{src} contains pickled weights ({', '.join(pickles)}). Longlens does not import pickle "
+            "files because loading them can run arbitrary code. Convert them to model.safetensors "
+            "with a trusted tool (or move them out if the folder already has safetensors weights) "
+            "and import again."
+        )
+    if outside:
+        raise ModelIntegrityError(
+            f"{src} has symbolic links pointing outside the folder: {', '.join(outside)}. "
+            "Copy the real files into the folder and import again."
+        )
+    names = {rel for rel, _ in selected}
+    if "config.json" not in names:
+        raise ModelError(f"{src} has no config.json; is this a Hugging Face model folder?")
+    weights = _weights_of(names, src)
+
+    staging = _new_staging(paths, name)
+    try:
+        files: dict[str, dict[str, Any]] = {}
+        for rel, p in selected:
+            digest, size = _copy_hashing(p, staging.joinpath(*rel.split("/")))
+            files[rel] = {"sha256": digest, "size": size}
+        _validate_hf_folder(staging, backend, weights + _tower_weights(names))
+        _write_manifest(
+            staging,
+            _manifest(
+                name=name,
+                backend=backend,
+                source="import",
+                repo_id=None,
+                revision=None,
+                files=files,
+                imported_from=str(src),
+            ),
+        )
+        _commit(staging, final, replace=replace)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def _weights_of(names: set[str], src: Path) -> list[str]:
+    """The safetensors files that make up the main weights; refuse a folder without them."""
+    if "model.safetensors" in names:
+        return ["model.safetensors"]
+    shards = sorted(n for n in names if _SHARD_RE.fullmatch(n))
+    if "model.safetensors.index.json" in names:
+        try:
+            index = json.loads((src / "model.safetensors.index.json").read_text(encoding="utf-8"))
+            wanted = set(index["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelIntegrityError(f"model.safetensors.index.json is unreadable: {e}") from None
+        missing = sorted(wanted - set(shards))
+        if missing:
+            raise ModelIntegrityError(f"{src} lacks weight shards listed in its index: {', '.join(missing)}")
+        return sorted(wanted)
+    raise ModelError(
+        f"{src} has no safetensors weights (model.safetensors, or shards with model.safetensors.index.json)"
+    )
+
+
+def _tower_weights(names: set[str]) -> list[str]:
+    return sorted(n for n in names if n.startswith(TEXT_TOWER_DIR + "/") and n.endswith(".safetensors"))
+
+
+# --- pull ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Remote:
+    filename: str
+    url: str
+    size: int | None
+
+
+def _is_offline_env() -> bool:
+    from huggingface_hub import constants
+
+    flag = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return flag.strip().upper() in {"1", "ON", "YES", "TRUE"} or constants.is_offline_mode()
+
+
+def _offline(endpoint: str, name: str, why: str) -> OfflineError:
+    return OfflineError(
+        f"cannot reach the model hub at {endpoint} ({why}). Without network, copy the model folder "
+        f"from another machine and use `longlens models import DIR --name {name}`."
+    )
+
+
+def _hub_error(e: Exception, endpoint: str, spec: ModelSpec, filename: str) -> Exception:
+    """Translate huggingface_hub/httpx errors into errors a user can act on."""
+    import httpx2
+    from huggingface_hub.errors import (
+        FileMetadataError,
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if isinstance(e, OfflineModeIsEnabled):
+        return _offline(endpoint, spec.name, "offline mode is enabled (HF_HUB_OFFLINE)")
+    if isinstance(e, httpx2.TransportError):
+        return _offline(endpoint, spec.name, f"{type(e).__name__}: {e}")
+    if isinstance(e, FileMetadataError):
+        return _offline(endpoint, spec.name, f"the server did not answer like a model hub: {e}")
+    if isinstance(e, RevisionNotFoundError):
+        return ModelError(f"the hub has no revision {spec.revision} of {spec.repo_id}")
+    if isinstance(e, RemoteEntryNotFoundError):
+        return ModelError(f"the hub has no {filename} in {spec.repo_id} at {spec.revision}")
+    if isinstance(e, (RepositoryNotFoundError, GatedRepoError)):
+        return ModelError(f"the hub refused access to {spec.repo_id}: {e}")
+    if isinstance(e, HfHubHTTPError):
+        status = getattr(getattr(e, "response", None), "status_code", 0) or 0
+        if status >= 500:
+            return _offline(endpoint, spec.name, f"the hub answered HTTP {status}")
+        return ModelError(f"the hub refused {filename} of {spec.repo_id}: {e}")
+    return e
+
+
+class _ByteSink:
+    """Shared between the download thread and the generator: bytes so far, and a stop flag."""
+
+    def __init__(self, cancel: CancelToken | None) -> None:
+        self.done = 0
+        self.stop = threading.Event()
+        self._cancel = cancel
+
+    def check(self) -> None:
+        if self.stop.is_set() or (self._cancel is not None and self._cancel.cancelled):
+            raise JobCancelled("cancelled by the user")
+
+
+class _Bar:
+    """Stands in for tqdm inside huggingface_hub's http_get: counts bytes, stops on cancel."""
+
+    def __init__(self, sink: _ByteSink, *, initial: int = 0, **_: Any) -> None:
+        self._sink = sink
+        sink.done = initial
+
+    def update(self, n: int = 1) -> None:
+        self._sink.done += n
+        self._sink.check()
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def pull_model(
+    spec_or_name: ModelSpec | str,
+    paths: Paths,
+    *,
+    cancel: CancelToken | None = None,
+    trust_unpinned: bool = False,
+    endpoint: str | None = None,
+    timeout_s: float = 10.0,
+) -> Generator[Progress, None, Path]:
+    """Download, verify and install a registered model. A job: yields Progress, returns the folder.
+
+    `endpoint` defaults to $HF_ENDPOINT (read at call time) or huggingface.co. `timeout_s` bounds the
+    metadata request, so an unreachable hub fails in seconds rather than hanging.
+    """
+    spec = spec_or_name if isinstance(spec_or_name, ModelSpec) else get_spec(spec_or_name)
+    name = spec.name
+    if spec.bundled or not spec.repo_id or not spec.revision:
+        raise ModelError(f"{name!r} is bundled with Longlens and cannot be pulled")
+    if not spec.files:
+        raise ModelError(f"{name!r} lists no files to pull")
+    _check_pull_files(spec, trust_unpinned)
+
+    from huggingface_hub import constants
+
+    endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+    existing = installed_model_dir(name, paths)
+    if existing is not None:
+        yield Progress("verify", 0, None, f"checking the installed {name}")
+        if verify_dir(existing, name).ok:
+            yield Progress(
+                "done", 1, 1, f"{name} is already installed and intact", extra={"path": str(existing)}
+            )
+            return existing
+    _check_cancel(cancel)
+    if _is_offline_env():
+        raise _offline(endpoint, name, "offline mode is enabled (HF_HUB_OFFLINE)")
+
+    cache_dir = paths.cache / "downloads" / spec.repo_id.replace("/", "--") / spec.revision
+    cache_dir.mkdir(parents=True, exist_ok=True)
+
+    # 1. Ask the hub for each file's location and size (fails fast when offline).
+    remotes: list[_Remote] = []
+    for i, fname in enumerate(spec.files):
+        _check_cancel(cancel)
+        yield Progress("resolve", i, len(spec.files), f"looking up {fname}")
+        remotes.append(_head(spec, fname, endpoint, timeout_s))
+    sizes = [r.size for r in remotes]
+    total = sum(s for s in sizes if s is not None) if all(s is not None for s in sizes) else None
+
+    # 2. Download each file into the cache (resuming partial files), then check its hash.
+    hashes: dict[str, str] = {}
+    done_before = 0
+    started = time.monotonic()
+    for remote in remotes:
+        _check_cancel(cancel)
+        fname = remote.filename
+        cached = cache_dir.joinpath(*fname.split("/"))
+        expected = spec.files[fname]
+        if cached.is_file():
+            actual = sha256_file(cached)
+            if (expected is None and remote.size in (None, cached.stat().st_size)) or actual == expected:
+                hashes[fname] = actual
+                done_before += cached.stat().st_size
+                yield Progress("download", done_before, total, f"{fname} (already downloaded)")
+                continue
+            cached.unlink()
+        yield from _download(remote, cached, spec, endpoint, cancel, done_before, total, started)
+        part = _part_path(cached)
+        yield Progress("verify", done_before + (remote.size or 0), total, f"checking {fname}")
+        actual = sha256_file(part)
+        if expected is not None and actual != expected:
+            part.unlink(missing_ok=True)  # so the next pull downloads it afresh
+            raise ModelIntegrityError(
+                f"{fname} of {name} does not match its pinned hash: expected sha256 {expected}, "
+                f"got {actual}. The file was deleted and nothing was installed; pull again to retry."
+            )
+        os.replace(part, cached)
+        hashes[fname] = actual
+        done_before += cached.stat().st_size
+
+    # 3. Assemble the install in a staging folder, convert pickles, then swap it into place.
+    _check_cancel(cancel)
+    staging = _new_staging(paths, name)
+    try:
+        files: dict[str, dict[str, Any]] = {}
+        converted: dict[str, dict[str, Any]] = {}
+        for fname in spec.files:
+            _check_cancel(cancel)
+            cached = cache_dir.joinpath(*fname.split("/"))
+            if fname.endswith(".bin"):
+                yield Progress("convert", 0, None, f"converting {fname} to safetensors")
+                out = staging / "model.safetensors"
+                _convert_pickle_to_safetensors(cached, out)
+                files["model.safetensors"] = {"sha256": sha256_file(out), "size": out.stat().st_size}
+                converted[fname] = {"sha256": hashes[fname], "size": cached.stat().st_size}
+                continue
+            dst = staging.joinpath(*fname.split("/"))
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            _link_or_copy(cached, dst)
+            files[fname] = {"sha256": hashes[fname], "size": dst.stat().st_size}
+        weights = ["model.safetensors"] if "model.safetensors" in files else _weights_of(set(files), staging)
+        _validate_hf_folder(staging, spec.backend, weights)
+        _check_cancel(cancel)
+        yield Progress("install", 0, None, f"installing {name}")
+        _write_manifest(
+            staging,
+            _manifest(
+                name=name,
+                backend=spec.backend,
+                source="pull",
+                repo_id=spec.repo_id,
+                revision=spec.revision,
+                files=files,
+                endpoint=endpoint,
+                pinned={f: h for f, h in spec.files.items() if h is not None},
+                trusted_unpinned=spec.unpinned_files,
+                converted_from=converted,
+            ),
+        )
+        final = paths.models / name
+        # Replacing is safe here: the folder is either absent, not a model (no manifest) or failed
+        # verification above, and the user asked for this model to be installed.
+        _commit(staging, final, replace=True)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+    # The install holds its own links/copies; the cached downloads are no longer needed.
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    _prune_empty_parents(cache_dir.parent, stop=paths.cache)
+    yield Progress("done", total or done_before, total, f"installed {name}", extra={"path": str(final)})
+    return final
+
+
+def _check_pull_files(spec: ModelSpec, trust_unpinned: bool) -> None:
+    for fname in spec.files:
+        parts = fname.split("/")
+        if any(p in ("", ".", "..") for p in parts) or "\\" in fname:
+            raise ModelError(f"{spec.name}: unsafe file name in the spec: {fname!r}")
+        suffix = Path(fname).suffix.lower()
+        if suffix in PICKLE_SUFFIXES:
+            if spec.files[fname] is None:
+                raise ModelIntegrityError(
+                    f"{spec.name}: {fname} is a pickle file without a pinned SHA-256; Longlens never "
+                    "loads unpinned pickles (they can run code), --trust-unpinned does not change that"
+                )
+            if suffix != ".bin":
+                raise ModelError(f"{spec.name}: only pickled .bin weights can be converted, not {fname}")
+    bins = [f for f in spec.files if f.endswith(".bin")]
+    if len(bins) > 1 or (bins and "model.safetensors" in spec.files):
+        raise ModelError(f"{spec.name}: a spec may convert one .bin file and then has no model.safetensors")
+    unpinned = spec.unpinned_files
+    if unpinned and not trust_unpinned:
+        raise ModelIntegrityError(
+            f"{spec.name}: no pinned SHA-256 is known for {', '.join(unpinned)}, so Longlens cannot "
+            "check them. Run again with --trust-unpinned to accept them as downloaded from the pinned "
+            f"revision {spec.revision}; their hashes are then recorded so later verification catches "
+            "any change. Or import a copy you trust with `longlens models import DIR --name "
+            f"{spec.name}`."
+        )
+
+
+def _check_cancel(cancel: CancelToken | None) -> None:
+    if cancel is not None:
+        cancel.raise_if_cancelled()
+
+
+def _head(spec: ModelSpec, fname: str, endpoint: str, timeout_s: float) -> _Remote:
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(spec.repo_id, fname, revision=spec.revision, endpoint=endpoint)  # type: ignore[arg-type]
+    try:
+        meta = get_hf_file_metadata(
+            url,
+            token=False,  # public models only; never send a user's token anywhere
+            timeout=timeout_s,
+            library_name="longlens",
+            library_version=_longlens_version(),
+            endpoint=endpoint,
+        )
+    except Exception as e:
+        mapped = _hub_error(e, endpoint, spec, fname)
+        if mapped is e:
+            raise
+        raise mapped from e
+    if meta.commit_hash is None:
+        # A proxy or captive portal answering in the hub's place: nothing it serves can be trusted.
+        raise _offline(endpoint, spec.name, f"the answer for {fname} lacks the hub's X-Repo-Commit header")
+    if meta.commit_hash != spec.revision:
+        raise ModelIntegrityError(
+            f"the hub served {fname} from commit {meta.commit_hash}, not the pinned {spec.revision}"
+        )
+    return _Remote(fname, meta.location, meta.size)
+
+
+def _part_path(cached: Path) -> Path:
+    return cached.with_name(cached.name + ".part")
+
+
+def _download(
+    remote: _Remote,
+    cached: Path,
+    spec: ModelSpec,
+    endpoint: str,
+    cancel: CancelToken | None,
+    done_before: int,
+    total: int | None,
+    started: float,
+) -> Iterator[Progress]:
+    """Fetch one file into `<cached>.part`, continuing a partial one; yields byte progress.
+
+    The blocking http_get runs in a thread so this generator can keep reporting progress.
+    """
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    part = _part_path(cached)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    if part.exists() and remote.size is not None and part.stat().st_size > remote.size:
+        part.unlink()  # longer than the file can be: not a prefix of it
+    headers = build_hf_headers(token=False, library_name="longlens", library_version=_longlens_version())
+    # Byte ranges must refer to the file itself, not a compressed transfer of it.
+    headers["Accept-Encoding"] = "identity"
+    sink = _ByteSink(cancel)
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with open(part, "ab") as f:
+                http_get(
+                    remote.url,
+                    f,
+                    resume_size=f.tell(),
+                    headers=headers,
+                    expected_size=remote.size,
+                    displayed_filename=remote.filename,
+                    tqdm_class=partial(_Bar, sink),  # type: ignore[arg-type]
+                )
+        except BaseException as e:  # handed over to the generator thread
+            failure.append(e)
+
+    thread = threading.Thread(target=work, name=f"longlens-pull-{remote.filename}", daemon=True)
+    thread.start()
+    last = -1
+    try:
+        while True:
+            thread.join(timeout=0.2)
+            if cancel is not None and cancel.cancelled:
+                raise JobCancelled("cancelled by the user")
+            done = done_before + sink.done
+            if done != last:
+                last = done
+                elapsed = max(time.monotonic() - started, 1e-6)
+                rate = done / elapsed if done else None
+                eta = (total - done) / rate if (rate and total is not None) else None
+                yield Progress("download", done, total, f"downloading {remote.filename}", rate, eta)
+            if not thread.is_alive():
+                break
+    finally:
+        # On cancel, or when the caller abandons the job: stop the thread before anyone else may
+        # open the same .part file (it notices at its next chunk or network timeout).
+        sink.stop.set()
+        thread.join(timeout=15)
+
+    if failure:
+        e = failure[0]
+        if isinstance(e, JobCancelled):
+            raise e
+        if isinstance(e, OSError) and "Consistency check failed" in str(e):
+            size = part.stat().st_size if part.exists() else 0
+            if remote.size is not None and size > remote.size:
+                part.unlink(missing_ok=True)
+            raise OfflineError(
+                f"the download of {remote.filename} ended early ({size} of {remote.size} bytes); "
+                f"run `longlens models pull {spec.name}` again to continue it"
+            ) from e
+        mapped = _hub_error(e, endpoint, spec, remote.filename)  # type: ignore[arg-type]
+        if isinstance(mapped, OfflineError):
+            size = part.stat().st_size if part.exists() else 0
+            raise OfflineError(
+                f"{mapped} The partial download ({size} bytes of {remote.filename}) is kept; pull "
+                "again to continue it."
+            ) from e
+        if mapped is e:
+            raise e
+        raise mapped from e
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """Hard-link when possible (no second copy of a 1 GB file), else copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _prune_empty_parents(d: Path, *, stop: Path) -> None:
+    while d != stop and stop in d.parents:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+        d = d.parent
+
+
+def _convert_pickle_to_safetensors(src: Path, dst: Path) -> None:
+    """Load pinned .bin weights without executing pickle code and write them as safetensors."""
+    import pickle
+
+    import torch
+    from safetensors.torch import save_file
+
+    try:
+        obj = torch.load(src, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, ValueError, EOFError, AttributeError, TypeError) as e:
+        raise ModelIntegrityError(
+            f"{src.name} is not a plain weights file (torch.load with weights_only=True refused it): {e}"
+        ) from None
+    if not isinstance(obj, dict) or not obj:
+        raise ModelIntegrityError(f"{src.name} does not hold a state dict of tensors")
+    tensors: dict[str, Any] = {}
+    seen_storages: set[int] = set()
+    for key, value in obj.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise ModelIntegrityError(f"{src.name} holds a non-tensor entry {key!r}; not a plain state dict")
+        t = value.detach().contiguous()
+        # safetensors refuses tensors that share memory (tied weights); give each its own copy.
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen_storages:
+            t = t.clone()
+        seen_storages.add(t.untyped_storage().data_ptr())
+        tensors[key] = t
+    tmp = dst.with_name(dst.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, dst)

@@ -1,0 +1,515 @@
+"""Which models Longlens knows, where they are installed, and whether they are intact.
+
+An installed model is a folder `paths.models / NAME /` holding the model files plus
+`longlens-manifest.json`, which records the SHA-256 and size of every file. A folder without
+a readable manifest is not an installed model (installs write the manifest before the folder
+appears under its final name, so a crash never leaves a half-installed model there).
+
+Nothing here talks to the network; pulling and importing live in `engine.models.download`.
+torch, transformers and the BLIP backend are imported only inside `load_embedder`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from engine.config import Paths
+from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+
+if TYPE_CHECKING:
+    from engine.models.base import Embedder
+
+Backend = Literal["blip", "sceneworld-mini"]
+BACKENDS: tuple[str, ...] = ("blip", "sceneworld-mini")
+
+MANIFEST_NAME = "longlens-manifest.json"
+MANIFEST_FORMAT = 1
+DEMO_MODEL_NAME = "sceneworld-mini"
+
+# Files the OS or a file manager drops into folders; they are not part of a model and their
+# presence must not make verification fail.
+IGNORED_JUNK = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+_HASH_CHUNK = 4 * 1024 * 1024
+
+
+def check_model_name(name: str) -> str:
+    """Model names become folder names, so only a safe subset of characters is allowed."""
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name) or name.endswith("."):
+        raise ModelError(
+            f"invalid model name {name!r}: use letters, digits, '.', '_' and '-' "
+            "(starting with a letter or digit, at most 100 characters)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model Longlens can pull (or, for bundled ones, ships with).
+
+    `files` is the allow-list for a pull: filename -> expected SHA-256 (lower-case hex), or None
+    when no trustworthy hash is known; such files are only installed with `trust_unpinned`.
+    """
+
+    name: str
+    backend: Backend
+    description: str
+    repo_id: str | None
+    revision: str | None  # a full 40-hex commit, never a branch name: branches move
+    files: Mapping[str, str | None]
+    dim: int
+    image_size: int
+    default_text_tokens: int
+    license: str = ""
+    notes: str = ""  # where the revision/hashes come from, caveats
+    bundled: bool = False  # ships inside the repo's resources/ folder, never downloaded
+
+    def __post_init__(self) -> None:
+        # A read-only copy, so a spec shared across threads cannot be edited by one of them.
+        object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}")
+        check_model_name(self.name)
+        if self.revision is not None and not _COMMIT_RE.fullmatch(self.revision):
+            raise ValueError(
+                f"{self.name}: revision must be a full 40-hex commit hash, got {self.revision!r}"
+            )
+        for fname, digest in self.files.items():
+            if digest is not None and not _SHA256_RE.fullmatch(digest):
+                raise ValueError(f"{self.name}: {fname}: not a lower-case SHA-256 hex digest: {digest!r}")
+
+    @property
+    def unpinned_files(self) -> list[str]:
+        return sorted(f for f, h in self.files.items() if h is None)
+
+    @property
+    def fully_pinned(self) -> bool:
+        return bool(self.files) and not self.unpinned_files
+
+
+# --- The registered models -------------------------------------------------------------------
+#
+# Provenance of the pinned values (looked up in stored copies of huggingface.co pages; no value
+# here was computed or guessed):
+#
+# Salesforce/blip-itm-base-coco
+#   revision 84e6f632c6ba01251936b05946bf2c53d1f07ba0 = "Update config.json" (PR #3, merged into
+#     main on 2023-04-06 as e53efa8c21a31de017ae583d8bfe42dfa9ada8cb with the same one-line change;
+#     https://huggingface.co/Salesforce/blip-itm-base-coco/discussions/3). That fix
+#     (text_config.num_attention_heads, as in the sibling repos' PR #3) is why we pin at or after it.
+#   pytorch_model.bin SHA-256 017fb3e7f4e125f13a8a4717f1402dbe0d0bb877474b4a203db13a4447b0227f
+#     from the Git LFS details on
+#     https://huggingface.co/Salesforce/blip-itm-base-coco/blob/84e6f632c6ba01251936b05946bf2c53d1f07ba0/pytorch_model.bin
+#   main has no model.safetensors (the safetensors variant exists only in the unmerged
+#     refs/pr/5, whose hash we did not find), so the pickled .bin is pulled and converted; it is
+#     loaded with torch.load(weights_only=True) only after its pinned hash matched.
+#   The small git-tracked files (config, tokenizer, preprocessor) show no SHA-256 on the hub
+#     (only LFS files do), so they are unpinned: pull refuses them unless trust_unpinned.
+#
+# Salesforce/blip-itm-large-coco
+#   revision fef05cafc05298067cbbca00b125749394a77a6f: its config.json blame
+#     (https://huggingface.co/Salesforce/blip-itm-large-coco/blame/fef05cafc05298067cbbca00b125749394a77a6f/config.json)
+#     includes the config fix 8a0f749 on top of the upload f83d395.
+#   pytorch_model.bin SHA-256 f97fb8b12b0e2bdffa6ffe38b998e1dc208eb877b9baa13237c43868cdc6741e
+#     from the Git LFS details on
+#     https://huggingface.co/Salesforce/blip-itm-large-coco/blob/2c51ecd3411d38905785eab933fa455065f76c0d/pytorch_model.bin
+#     (last changed in f83d395 "Upload BlipForImageTextRetrieval"; the main tree lists it as
+#     unchanged since that upload, so the same LFS object is at fef05caf).
+
+_HF_SMALL_FILES = (
+    "config.json",
+    "preprocessor_config.json",
+    "special_tokens_map.json",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "vocab.txt",
+)
+
+_REGISTRY: dict[str, ModelSpec] = {}
+
+
+def _register(spec: ModelSpec) -> None:
+    _REGISTRY[spec.name] = spec
+
+
+_register(
+    ModelSpec(
+        name="blip-itm-base-coco",
+        backend="blip",
+        description="BLIP ViT-B image-text retrieval model fine-tuned on COCO (about 900 MB).",
+        repo_id="Salesforce/blip-itm-base-coco",
+        revision="84e6f632c6ba01251936b05946bf2c53d1f07ba0",
+        files={
+            **{f: None for f in _HF_SMALL_FILES},
+            "pytorch_model.bin": "017fb3e7f4e125f13a8a4717f1402dbe0d0bb877474b4a203db13a4447b0227f",
+        },
+        dim=256,
+        image_size=384,
+        default_text_tokens=128,
+        license="BSD-3-Clause (model card on huggingface.co)",
+        notes="Weights pinned by SHA-256; config/tokenizer files unpinned (need --trust-unpinned).",
+    )
+)
+
+_register(
+    ModelSpec(
+        name="blip-itm-large-coco",
+        backend="blip",
+        description="BLIP ViT-L image-text retrieval model fine-tuned on COCO (about 1.8 GB).",
+        repo_id="Salesforce/blip-itm-large-coco",
+        revision="fef05cafc05298067cbbca00b125749394a77a6f",
+        files={
+            **{f: None for f in _HF_SMALL_FILES},
+            "pytorch_model.bin": "f97fb8b12b0e2bdffa6ffe38b998e1dc208eb877b9baa13237c43868cdc6741e",
+        },
+        dim=256,
+        image_size=384,
+        default_text_tokens=128,
+        license="BSD-3-Clause (model card on huggingface.co)",
+        notes="Weights pinned by SHA-256; config/tokenizer files unpinned (need --trust-unpinned).",
+    )
+)
+
+_register(
+    ModelSpec(
+        name=DEMO_MODEL_NAME,
+        backend="sceneworld-mini",
+        description="Small bundled demo model; works offline, no download (weights not shipped yet).",
+        repo_id=None,
+        revision=None,
+        files={},
+        # Provisional: the model does not exist yet; these are placeholders until its weights ship.
+        dim=256,
+        image_size=224,
+        default_text_tokens=128,
+        license="to be decided with the weights",
+        notes="Bundled in resources/models/sceneworld-mini/ once trained.",
+        bundled=True,
+    )
+)
+
+
+# --- Names and lookup ------------------------------------------------------------------------
+
+
+def registered_specs() -> list[ModelSpec]:
+    return list(_REGISTRY.values())
+
+
+def known_model_names() -> list[str]:
+    return list(_REGISTRY)
+
+
+def get_spec(name: str) -> ModelSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ModelError(f"unknown model {name!r}; known models: {', '.join(_REGISTRY)}") from None
+
+
+def bundled_model_dir(name: str) -> Path:
+    """Where a bundled model's files live in a source checkout (resources/models/NAME)."""
+    return Path(__file__).resolve().parents[2] / "resources" / "models" / name
+
+
+def how_to_get(name: str) -> str:
+    """The sentence every 'model missing' message ends with."""
+    demo = (
+        f" The bundled demo model ({DEMO_MODEL_NAME}) needs no download and works offline."
+        if name != DEMO_MODEL_NAME
+        else ""
+    )
+    pull = f"`longlens models pull {name}`, or " if name in _REGISTRY and _REGISTRY[name].repo_id else ""
+    return f"Get it with {pull}`longlens models import DIR --name {name}` from a local copy.{demo}"
+
+
+# --- Hashing and manifests -------------------------------------------------------------------
+
+
+def sha256_file(path: Path, *, on_bytes: Callable[[int], None] | None = None) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+            if on_bytes is not None:
+                on_bytes(len(chunk))
+    return h.hexdigest()
+
+
+def read_manifest(model_dir: Path) -> dict[str, Any]:
+    """Parse and sanity-check a manifest; ModelIntegrityError if it is missing or malformed."""
+    path = model_dir / MANIFEST_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelIntegrityError(f"{model_dir} has no {MANIFEST_NAME}") from None
+    except (OSError, ValueError) as e:
+        raise ModelIntegrityError(f"{path} is unreadable: {e}") from None
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not isinstance(data.get("name"), str):
+        raise ModelIntegrityError(f"{path} is malformed (no name or file list)")
+    for rel, entry in files.items():
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("sha256"), str)
+            or not _SHA256_RE.fullmatch(entry["sha256"])
+            or not isinstance(entry.get("size"), int)
+            or not _is_safe_relpath(rel)
+        ):
+            raise ModelIntegrityError(f"{path} is malformed (bad entry for {rel!r})")
+    if data.get("backend") not in BACKENDS:
+        raise ModelIntegrityError(f"{path} names an unknown backend {data.get('backend')!r}")
+    return data
+
+
+def _is_safe_relpath(rel: str) -> bool:
+    # Manifest paths are joined onto the model folder; they must never climb out of it.
+    if not rel or rel.startswith("/") or "\\" in rel:
+        return False
+    parts = rel.split("/")
+    return all(p not in ("", ".", "..") for p in parts)
+
+
+def installed_model_dir(name: str, paths: Paths) -> Path | None:
+    """The folder of an installed model (one with a manifest), or None."""
+    check_model_name(name)
+    spec = _REGISTRY.get(name)
+    if spec is not None and spec.bundled:
+        d = bundled_model_dir(name)
+        return d if (d / MANIFEST_NAME).is_file() else None
+    d = paths.models / name
+    return d if (d / MANIFEST_NAME).is_file() else None
+
+
+# --- Verification ----------------------------------------------------------------------------
+
+FileStatus = Literal["ok", "missing", "mismatch", "unexpected"]
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    filename: str  # relative to the model folder, '/'-separated
+    status: FileStatus
+    expected_sha256: str | None = None
+    actual_sha256: str | None = None
+    expected_size: int | None = None
+    actual_size: int | None = None
+
+    def describe(self) -> str:
+        if self.status == "ok":
+            return f"{self.filename}: ok"
+        if self.status == "missing":
+            return f"{self.filename}: missing"
+        if self.status == "unexpected":
+            return f"{self.filename}: unexpected file (not in the manifest)"
+        if self.expected_size != self.actual_size:
+            return f"{self.filename}: size mismatch (expected {self.expected_size} bytes, found {self.actual_size})"
+        return f"{self.filename}: hash mismatch (expected {self.expected_sha256}, found {self.actual_sha256})"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    name: str
+    location: Path
+    files: tuple[FileCheck, ...] = ()
+    problems: tuple[str, ...] = field(default=())  # manifest-level problems
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(c.status == "ok" for c in self.files)
+
+    @property
+    def failures(self) -> list[FileCheck]:
+        return [c for c in self.files if c.status != "ok"]
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"{self.name}: {len(self.files)} files verified"
+        lines = list(self.problems) + [c.describe() for c in self.failures]
+        return f"{self.name}: verification failed: " + "; ".join(lines)
+
+
+def verify_dir(model_dir: Path, name: str | None = None) -> VerifyReport:
+    """Check every file in `model_dir` against its manifest; unlisted files fail too."""
+    label = name or model_dir.name
+    try:
+        manifest = read_manifest(model_dir)
+    except ModelIntegrityError as e:
+        return VerifyReport(label, model_dir, (), (str(e),))
+    problems: list[str] = []
+    if name is not None and manifest["name"] != name:
+        problems.append(f"manifest is for {manifest['name']!r}, not {name!r}")
+    checks: list[FileCheck] = []
+    listed: dict[str, dict[str, Any]] = manifest["files"]
+    for rel, entry in sorted(listed.items()):
+        p = model_dir.joinpath(*rel.split("/"))
+        # A symlink could point anywhere; an installed model is made of plain files only.
+        if p.is_symlink() or not p.is_file():
+            checks.append(FileCheck(rel, "missing", entry["sha256"], None, entry["size"], None))
+            continue
+        size = p.stat().st_size
+        if size != entry["size"]:
+            # Size differs: no need to read the whole file to know it is wrong.
+            checks.append(FileCheck(rel, "mismatch", entry["sha256"], None, entry["size"], size))
+            continue
+        actual = sha256_file(p)
+        status: FileStatus = "ok" if actual == entry["sha256"] else "mismatch"
+        checks.append(FileCheck(rel, status, entry["sha256"], actual, entry["size"], size))
+    for rel in _walk_files(model_dir):
+        if rel != MANIFEST_NAME and rel not in listed and rel.rsplit("/", 1)[-1] not in IGNORED_JUNK:
+            checks.append(FileCheck(rel, "unexpected"))
+    return VerifyReport(label, model_dir, tuple(checks), tuple(problems))
+
+
+def _walk_files(root: Path) -> list[str]:
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root)
+        for fn in filenames + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
+            out.append((rel_dir / fn).as_posix())
+    return sorted(out)
+
+
+def verify_model(name: str, paths: Paths) -> VerifyReport:
+    """Hash every file of an installed model against its manifest."""
+    model_dir = installed_model_dir(name, paths)
+    if model_dir is None:
+        raise ModelNotInstalledError(f"model {name!r} is not installed. {how_to_get(name)}")
+    return verify_dir(model_dir, name)
+
+
+# --- Listing ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    name: str
+    backend: str
+    installed: bool
+    location: Path | None
+    description: str
+    registered: bool  # False for a model imported under a name Longlens does not know
+    bundled: bool = False
+    source: str | None = None  # "pull" | "import" (from the manifest)
+    size_bytes: int | None = None
+    verified: bool | None = None  # None: not checked (listing does not hash unless asked)
+    installed_at: str | None = None
+    problem: str | None = None  # why an installed model cannot be used
+
+
+def list_models(paths: Paths, *, verify: bool = False) -> list[ModelStatus]:
+    """Registered models (installed or not), then models imported under other names."""
+    out: list[ModelStatus] = []
+    seen: set[str] = set()
+    for spec in _REGISTRY.values():
+        seen.add(spec.name)
+        out.append(_status(spec.name, paths, spec, verify))
+    if paths.models.is_dir():
+        for d in sorted(paths.models.iterdir()):
+            # Dot-folders are staging/trash areas of installs in progress.
+            if d.name.startswith(".") or d.name in seen or not d.is_dir():
+                continue
+            if not _NAME_RE.fullmatch(d.name) or not (d / MANIFEST_NAME).is_file():
+                continue
+            out.append(_status(d.name, paths, None, verify))
+    return out
+
+
+def _status(name: str, paths: Paths, spec: ModelSpec | None, verify: bool) -> ModelStatus:
+    model_dir = installed_model_dir(name, paths)
+    description = spec.description if spec else ""
+    backend = spec.backend if spec else "?"
+    if model_dir is None:
+        return ModelStatus(
+            name, backend, False, None, description, spec is not None, bool(spec and spec.bundled)
+        )
+    problem = None
+    try:
+        manifest = read_manifest(model_dir)
+        backend = manifest["backend"]
+        size = sum(e["size"] for e in manifest["files"].values())
+        source, installed_at = manifest.get("source"), manifest.get("installed_at")
+        if not description:
+            description = manifest.get("description") or f"imported {backend} model"
+    except ModelIntegrityError as e:
+        size, source, installed_at, problem = None, None, None, str(e)
+    verified = None
+    if verify:
+        report = verify_dir(model_dir, name)
+        verified = report.ok
+        if not report.ok:
+            problem = report.summary()
+    return ModelStatus(
+        name,
+        backend,
+        True,
+        model_dir,
+        description,
+        spec is not None,
+        bool(spec and spec.bundled),
+        source,
+        size,
+        verified,
+        installed_at,
+        problem,
+    )
+
+
+# --- Loading ---------------------------------------------------------------------------------
+
+
+def load_embedder(
+    name: str,
+    paths: Paths,
+    *,
+    device: str = "auto",
+    text_tower_dir: Path | None = None,
+    verify: bool = True,
+) -> Embedder:
+    """Construct the Embedder of an installed model, after checking its files (unless verify=False)."""
+    check_model_name(name)
+    spec = _REGISTRY.get(name)
+    if spec is not None and spec.bundled and installed_model_dir(name, paths) is None:
+        raise ModelNotInstalledError(
+            f"the demo model {name!r} is not included in this build yet (its weights are not shipped "
+            f"in resources/models/{name}/). Use a BLIP model instead: `longlens models pull "
+            "blip-itm-base-coco`, or `longlens models import DIR --name NAME` from a local copy."
+        )
+    model_dir = installed_model_dir(name, paths)
+    if model_dir is None:
+        known = f" Known models: {', '.join(_REGISTRY)}." if spec is None else ""
+        raise ModelNotInstalledError(f"model {name!r} is not installed. {how_to_get(name)}{known}")
+    manifest = read_manifest(model_dir)
+    if verify:
+        report = verify_dir(model_dir, name)
+        if not report.ok:
+            fix = f"re-import it (`longlens models import DIR --name {name} --replace`)" + (
+                f" or re-pull it (`longlens models pull {name}`)" if spec is not None and spec.repo_id else ""
+            )
+            raise ModelIntegrityError(f"{report.summary()}. The model files were changed or damaged; {fix}.")
+    backend = manifest["backend"]
+    if backend == "blip":
+        try:
+            from engine.models.blip import BlipEmbedder
+        except ImportError as e:
+            raise ModelError(f"the BLIP backend is not available in this build: {e}") from e
+        if text_tower_dir is None and (model_dir / "text_tower" / "text_tower.json").is_file():
+            # An imported paragraph-trained text tower travels inside the model folder.
+            text_tower_dir = model_dir / "text_tower"
+        kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir, "model_id": name}
+        if spec is not None:
+            kwargs["default_text_tokens"] = spec.default_text_tokens
+        return BlipEmbedder(model_dir, **kwargs)
+    raise ModelError(f"model {name!r} uses the {backend!r} backend, which this build cannot load yet")
