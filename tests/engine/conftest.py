@@ -1,0 +1,18 @@
+"""Shared fixtures for engine tests. Keep each fixture self-describing; others add theirs here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def blip_tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight BLIP retrieval checkpoint (seed 0), built once per session.
+
+    Shared and read-only: copy it before changing anything in it.
+    """
+    from engine.models.blip_checkpoints import save_random_blip_checkpoint
+
+    return save_random_blip_checkpoint(tmp_path_factory.mktemp("blip") / "blip-tiny", size="tiny", seed=0)
