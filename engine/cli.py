@@ -55,8 +55,7 @@ def drive(job: Iterator[Progress], *, quiet: bool, unit: str = "img") -> Progres
                 )
             if last.total is not None and bar.total != last.total:
                 bar.total = last.total
-            bar.n = last.done
-            bar.refresh()
+            bar.update(max(last.done - bar.n, 0))
     finally:
         for b in bars.values():
             b.close()
