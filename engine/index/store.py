@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from engine.catalog import Catalog
 from engine.index.vector_index import VectorIndex
@@ -19,9 +22,10 @@ class IndexStore:
     """Opens indexes lazily; on open, rebuilds from the catalog if the file is bad and
     reconciles with the catalog's ids (a crash can leave the file behind the catalog)."""
 
-    def __init__(self, indexes_dir: Path, catalog: Catalog) -> None:
+    def __init__(self, indexes_dir: Path, catalog: Catalog, **index_params: Any) -> None:
         self.dir = Path(indexes_dir)
         self.catalog = catalog
+        self.index_params = index_params  # e.g. exact_threshold, for tests and benchmarks
         self._open: dict[tuple[int, str], VectorIndex] = {}
         self._lock = threading.Lock()
         self.notes: list[str] = []
@@ -34,14 +38,13 @@ class IndexStore:
                 return idx
             self.dir.mkdir(parents=True, exist_ok=True)
             path = index_path(self.dir, library_id, model_id)
+            existed = path.exists()
             idx, note = VectorIndex.open_or_rebuild(
-                path, dim, lambda: self.catalog.all_vectors(library_id, model_id)
+                path, dim, lambda: self.catalog.all_vectors(library_id, model_id), **self.index_params
             )
-            if note:
+            if note and existed:  # a first build is not news; a rebuilt damaged file is
                 self.notes.append(note)
             truth = self.catalog.embedded_ids(library_id, model_id)
-            import numpy as np
-
             added, removed = idx.reconcile(
                 np.fromiter(sorted(truth), dtype=np.int64, count=len(truth)),
                 lambda ids: self.catalog.vectors_for(ids.tolist(), model_id),

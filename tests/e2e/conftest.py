@@ -15,19 +15,12 @@ from engine.config import get_paths
 TINY_MODEL = "tiny-blip"
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    from engine.models.blip_checkpoints import save_random_blip_checkpoint
-
-    return save_random_blip_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-blip", size="tiny", seed=0)
-
-
 @pytest.fixture
-def home(tmp_path, monkeypatch, tiny_checkpoint) -> Path:
+def home(tmp_path, monkeypatch, blip_tiny_checkpoint) -> Path:
     """A fresh LONGLENS_HOME with the tiny model imported through the CLI."""
     h = tmp_path / "home"
     monkeypatch.setenv("LONGLENS_HOME", str(h))
-    assert cli_main(["models", "import", str(tiny_checkpoint), "--name", TINY_MODEL]) == 0
+    assert cli_main(["models", "import", str(blip_tiny_checkpoint), "--name", TINY_MODEL]) == 0
     return h
 
 

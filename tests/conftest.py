@@ -1,4 +1,4 @@
-"""Shared fixtures for engine tests. Keep each fixture self-describing; others add theirs here."""
+"""Fixtures shared by every test suite. Keep each fixture self-describing; others add theirs here."""
 
 from __future__ import annotations
 
