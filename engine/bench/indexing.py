@@ -58,9 +58,9 @@ def bench_model(size_name: str, photos: Path, work: Path, batch_size: int) -> di
         model_ips = statistics.median(reps)
         indexer = svc.indexer(emb, batch_size=batch_size)
         t = time.perf_counter()
-        last = None
-        for last in indexer.run(photos):
-            pass
+        from engine.jobs import run_to_end
+
+        last = run_to_end(indexer.run(photos))
         wall = time.perf_counter() - t
         summary = last.extra["summary"]
     assert summary.embedded == len(files), summary
