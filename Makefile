@@ -31,6 +31,7 @@ stress: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m engine.bench.ann --out docs/benchmarks.md
+	$(BIN)/python -m engine.bench.indexing --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
