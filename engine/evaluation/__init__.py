@@ -1,0 +1,1 @@
+"""Recall@K harness, benchmark loaders, truncation analysis."""

