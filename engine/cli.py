@@ -233,6 +233,29 @@ def cmd_libraries(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from engine.models.registry import load_embedder
+
+    paths = _paths(args).ensure()
+    if args.benchmark != "sceneworld":
+        raise LonglensError(f"unknown benchmark {args.benchmark!r}")
+    from engine.evaluation.sceneworld import evaluate
+
+    embedder = load_embedder(args.model, paths, device=args.device, text_tower_dir=args.text_tower)
+    try:
+        result = evaluate(embedder, args.split, args.seed, args.n, max_tokens=args.max_tokens)
+    except ValueError as exc:
+        raise LonglensError(str(exc)) from None
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"SceneWorld {result['split']} split, seed {result['seed']}, {result['n_images']} images, "
+              f"model {result['model']} ({result['max_tokens']} tokens)")
+        for d in ("i2t", "t2i"):
+            print(f"  {d}: " + "  ".join(f"{k} {v:.3f}" for k, v in result[d].items()))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from engine.demo import run_demo
 
@@ -292,6 +315,18 @@ def build_parser() -> argparse.ArgumentParser:
     sl = sub.add_parser("libraries", help="list indexed folders and their status")
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(func=cmd_libraries)
+
+    se = sub.add_parser("eval", help="measure retrieval Recall@K on a benchmark")
+    se.add_argument("benchmark", choices=["sceneworld"])
+    se.add_argument("--split", choices=["short", "long"], default="long")
+    se.add_argument("--seed", type=int, default=1000, help="scene seed (≥ 1000: never used in training)")
+    se.add_argument("--n", type=int, default=1000, help="number of test scenes")
+    se.add_argument("--model", default="sceneworld-mini")
+    se.add_argument("--text-tower", type=Path)
+    se.add_argument("--max-tokens", type=int)
+    se.add_argument("--device", default="auto")
+    se.add_argument("--json", action="store_true")
+    se.set_defaults(func=cmd_eval)
 
     sd = sub.add_parser("demo", help="index a generated sample collection and run a sample query")
     sd.add_argument("--no-gui", action="store_true")

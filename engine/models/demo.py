@@ -198,14 +198,26 @@ def pixels_from_uint8(batch: np.ndarray) -> np.ndarray:
 
 
 # -- persistence ----------------------------------------------------------------
-def save_model(model: SceneWorldMini, out_dir: Path, extra: dict | None = None) -> Path:
+def _state_for_disk(module: nn.Module, prefix: str, half: bool) -> dict[str, torch.Tensor]:
+    # BatchNorm's integer counters stay as they are; float tensors may be stored as fp16 to halve
+    # the shipped size (loading converts back to float32).
+    out = {}
+    for k, v in module.state_dict().items():
+        v = v.detach().contiguous().cpu()
+        if half and v.is_floating_point():
+            v = v.half()
+        out[prefix + k] = v
+    return out
+
+
+def save_model(model: SceneWorldMini, out_dir: Path, extra: dict | None = None, *, half: bool = False) -> Path:
     from safetensors.torch import save_file
 
     from engine.fileutil import atomic_write_text
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = _state_for_disk(model, "", half)
     tmp = out_dir / (MODEL_FILE + ".tmp")
     save_file(state, str(tmp))
     tmp.replace(out_dir / MODEL_FILE)
@@ -228,7 +240,7 @@ def load_model(model_dir: Path, device: str = "cpu") -> SceneWorldMini:
     cfg = MiniConfig.from_dict(meta["config"])
     model = SceneWorldMini(cfg)
     state = load_file(str(weights))
-    state = {k: v.float() for k, v in state.items()}
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ModelIntegrityError(
@@ -237,7 +249,9 @@ def load_model(model_dir: Path, device: str = "cpu") -> SceneWorldMini:
     return model.eval().to(device)
 
 
-def save_text_tower(model: SceneWorldMini, out_dir: Path, name: str, extra: dict | None = None) -> Path:
+def save_text_tower(
+    model: SceneWorldMini, out_dir: Path, name: str, extra: dict | None = None, *, half: bool = False
+) -> Path:
     """Only the text tower (the part paragraph fine-tuning changes): the override format."""
     from safetensors.torch import save_file
 
@@ -245,8 +259,7 @@ def save_text_tower(model: SceneWorldMini, out_dir: Path, name: str, extra: dict
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    state = {f"text.{k}": v.detach().contiguous().cpu() for k, v in model.text.state_dict().items()}
-    save_file(state, str(out_dir / TEXT_TOWER_FILE))
+    save_file(_state_for_disk(model.text, "text.", half), str(out_dir / TEXT_TOWER_FILE))
     atomic_write_text(out_dir / "text_tower.json", json.dumps(
         {"format": "sceneworld-mini-text-tower", "name": name, "config": asdict(model.cfg), **(extra or {})},
         indent=2))
@@ -266,7 +279,7 @@ def load_text_tower(model: SceneWorldMini, folder: Path) -> str:
     if meta.get("format") != "sceneworld-mini-text-tower":
         raise ModelError(f"{meta_path} is not a sceneworld-mini text tower")
     own = model.text.state_dict()
-    sub = {k.removeprefix("text."): v.float() for k, v in state.items()}
+    sub = {k.removeprefix("text."): v.float() for k, v in state.items()}  # the text tower has no int buffers
     bad = [k for k in own if k not in sub or sub[k].shape != own[k].shape]
     if bad or set(sub) - set(own):
         raise ModelError(f"text tower in {folder} does not fit this model (e.g. {(bad or sorted(set(sub) - set(own)))[:3]})")

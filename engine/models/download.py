@@ -168,6 +168,22 @@ def _manifest(
     }
 
 
+def write_local_manifest(folder: Path, name: str, backend: str, **extra: Any) -> Path:
+    """Hash every file of a model folder made here (e.g. the trained demo model) into its manifest,
+    so it verifies and loads like a pulled or imported model."""
+    from engine.models.registry import sha256_file
+
+    folder = Path(folder)
+    files = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MANIFEST_NAME:
+            rel = p.relative_to(folder).as_posix()
+            files[rel] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    _write_manifest(folder, _manifest(name=name, backend=backend, source="trained", repo_id=None,
+                                      revision=None, files=files, **extra))
+    return folder / MANIFEST_NAME
+
+
 def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
     """config.json parses, and every safetensors file has a readable header (no weights loaded)."""
     cfg_path = folder / "config.json"

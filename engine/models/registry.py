@@ -186,16 +186,16 @@ _register(
     ModelSpec(
         name=DEMO_MODEL_NAME,
         backend="sceneworld-mini",
-        description="Small bundled demo model; works offline, no download (weights not shipped yet).",
+        description="Small bundled demo model trained on SceneWorld; offline. Understands SceneWorld "
+        "images only: real photos need a BLIP model.",
         repo_id=None,
         revision=None,
         files={},
-        # Provisional: the model does not exist yet; these are placeholders until its weights ship.
         dim=256,
-        image_size=224,
+        image_size=80,
         default_text_tokens=128,
-        license="to be decided with the weights",
-        notes="Bundled in resources/models/sceneworld-mini/ once trained.",
+        license="Apache-2.0 (trained by the Longlens project on generated data)",
+        notes="Bundled in resources/models/sceneworld-mini/ (python -m engine.training.sceneworld_mini).",
         bundled=True,
     )
 )
@@ -512,4 +512,8 @@ def load_embedder(
         if spec is not None:
             kwargs["default_text_tokens"] = spec.default_text_tokens
         return BlipEmbedder(model_dir, **kwargs)
+    if backend == "sceneworld-mini":
+        from engine.models.demo import SceneWorldMiniEmbedder
+
+        return SceneWorldMiniEmbedder(model_dir, device=device, text_tower_dir=text_tower_dir, model_id=name)
     raise ModelError(f"model {name!r} uses the {backend!r} backend, which this build cannot load yet")

@@ -1,0 +1,213 @@
+"""Train sceneworld-mini in two stages that mirror the research brief, reproducibly.
+
+  stage (a)  both towers, contrastive, short captions only (original or generated) — the
+             stand-in for BLIP's own pre-training;
+  stage (b)  vision frozen, text tower fine-tuned with config C5 (original caption +
+             paragraph, multi-positive InfoNCE).
+
+`python -m engine.training.sceneworld_mini --out resources/models/sceneworld-mini` (also
+`make demo-model`). Same seed -> same weights on the same machine and library versions.
+Training scenes use seeds < 1000; evaluation seeds are ≥ 1000 and never seen here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from engine.models.demo import (
+    MiniConfig,
+    SceneWorldMini,
+    build_tokenizer,
+    pixels_from_uint8,
+    save_model,
+    save_text_tower,
+    tokenize,
+)
+from engine.training.configs import PRESETS, TrainConfig
+from engine.training.trainer import Example, Trainer
+
+# Render at twice the model's input size and downsample like the app does for real files
+# (decode, then bicubic resize), so training sees what inference will see.
+SUPERSAMPLE = 2
+
+
+class MiniAdapter:
+    """DualEncoderAdapter for sceneworld-mini."""
+
+    def __init__(self, model: SceneWorldMini, device: str = "cpu") -> None:
+        self.model = model.to(device)
+        self.device = device
+        self.tokenizer = build_tokenizer()
+
+    def trainable_parameters(self, train_vision: bool, learn_temperature: bool) -> list[torch.nn.Parameter]:
+        params = list(self.model.text.parameters())
+        if train_vision:
+            params += list(self.model.vision.parameters())
+        if learn_temperature:
+            params.append(self.model.logit_scale)
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        for p in params:
+            p.requires_grad_(True)
+        return params
+
+    def train_mode(self, train_vision: bool) -> None:
+        self.model.train()
+        if not train_vision:
+            self.model.vision.eval()  # frozen BatchNorm statistics too
+
+    def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.model.vision(pixels.to(self.device)), dim=-1)
+
+    def encode_texts(self, texts: Sequence[str], max_tokens: int) -> torch.Tensor:
+        ids, mask = tokenize(self.tokenizer, texts, max_tokens)
+        return F.normalize(self.model.text(ids.to(self.device), mask.to(self.device)), dim=-1)
+
+    def logit_scale(self, cfg: TrainConfig) -> torch.Tensor:
+        if cfg.learn_temperature:
+            return self.model.logit_scale.exp().clamp(max=100.0)
+        return torch.tensor(1.0 / cfg.temperature, device=self.device)
+
+    def save(self, out_dir: Path, cfg: TrainConfig, *, text_only: bool, extra: dict) -> Path:
+        if text_only:
+            return save_text_tower(self.model, out_dir, cfg.name, {"training": cfg.to_dict(), **extra})
+        return save_model(self.model, out_dir, {"training": cfg.to_dict(), **extra})
+
+
+class ArrayImages:
+    def __init__(self, renders: np.ndarray) -> None:
+        self.renders = renders
+
+    def __len__(self) -> int:
+        return len(self.renders)
+
+    def pixels(self, indices: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(pixels_from_uint8(self.renders[indices]))
+
+
+def render_for_model(scenes, size: int) -> np.ndarray:
+    """uint8 (N, size, size, 3): rendered at SUPERSAMPLE x size, then bicubic-downsampled."""
+    from PIL import Image
+
+    from engine.sceneworld import render_scene
+
+    out = np.empty((len(scenes), size, size, 3), np.uint8)
+    for i, scene in enumerate(scenes):
+        img, _ = render_scene(scene, size * SUPERSAMPLE)
+        out[i] = np.asarray(img.resize((size, size), Image.Resampling.BICUBIC))
+    return out
+
+
+def examples_from_scenes(scenes) -> list[Example]:
+    return [
+        Example(
+            key=f"{s.seed}/{s.index}",
+            original=s.original_caption.text,
+            positives=[t.text for t in s.positives],
+            negatives=[t.text for t in s.negatives],
+            paragraph=s.paragraph.text,
+        )
+        for s in scenes
+    ]
+
+
+def _drive(job, label: str, log) -> None:
+    last_print = 0.0
+    for p in job:
+        now = time.monotonic()
+        if now - last_print > 15 or p.stage == "done":
+            last_print = now
+            eta = f" eta {p.eta_s / 60:.1f} min" if p.eta_s else ""
+            print(f"[{label}] {p.stage} {p.done}/{p.total} {p.message}{eta}", file=log, flush=True)
+
+
+def train(
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    n_train: int = 20000,
+    epochs_a: int = 8,
+    epochs_b: int = 8,
+    lr_a: float = 1e-3,
+    lr_b: float = 2e-4,
+    batch_size: int = 256,
+    cfg: MiniConfig | None = None,
+    log=sys.stderr,
+) -> dict:
+    """Both stages; writes out_dir (the shipped model: stage-a vision + stage-b text) and
+    out_dir/captions-only (stage-a text tower, for comparisons). Returns a small report."""
+    from engine.sceneworld import generate_scenes
+
+    torch.manual_seed(seed)
+    cfg = cfg or MiniConfig()
+    t0 = time.monotonic()
+    scenes = generate_scenes(seed, 0, n_train)
+    renders = render_for_model(scenes, cfg.image_size)
+    examples = examples_from_scenes(scenes)
+    t_data = time.monotonic() - t0
+    print(f"data: {n_train} scenes rendered in {t_data:.0f}s", file=log, flush=True)
+
+    model = SceneWorldMini(cfg)
+    adapter = MiniAdapter(model)
+    cfg_a = PRESETS["pretrain"].with_overrides(lr=lr_a, epochs=epochs_a, batch_size=batch_size,
+                                               warmup_steps=200, seed=seed)
+    t1 = time.monotonic()
+    _drive(Trainer(adapter, cfg_a, examples, ArrayImages(renders)).run(), "stage a", log)
+    t_a = time.monotonic() - t1
+    learned_tau = float(1.0 / model.logit_scale.exp().clamp(max=100.0))
+    save_text_tower(model, out_dir / "captions-only", "captions-only", {"stage": "a"}, half=True)
+
+    # Stage (b): C5 with the vision tower frozen; the temperature stays at stage (a)'s value
+    # (as BLIP fine-tuning keeps BLIP's), lr scaled to this small model.
+    cfg_b = PRESETS["C5"].with_overrides(lr=lr_b, epochs=epochs_b, batch_size=batch_size,
+                                         warmup_steps=100, temperature=learned_tau, seed=seed)
+    t2 = time.monotonic()
+    _drive(Trainer(adapter, cfg_b, examples, ArrayImages(renders)).run(), "stage b", log)
+    t_b = time.monotonic() - t2
+    report = {
+        "seed": seed,
+        "n_train_scenes": n_train,
+        "train_scene_seed": seed,
+        "image_size": cfg.image_size,
+        "stage_a": cfg_a.to_dict(),
+        "stage_b": cfg_b.to_dict(),
+        "learned_temperature": learned_tau,
+        "seconds": {"data": round(t_data), "stage_a": round(t_a), "stage_b": round(t_b)},
+        "torch": torch.__version__,
+    }
+    save_model(model, out_dir, {"training_report": report}, half=True)
+    from engine.models.download import write_local_manifest
+
+    write_local_manifest(out_dir, "sceneworld-mini", "sceneworld-mini", training_report=report)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.training.sceneworld_mini", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-train", type=int, default=20000)
+    ap.add_argument("--epochs-a", type=int, default=8)
+    ap.add_argument("--epochs-b", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=256)
+    args = ap.parse_args(argv)
+    if args.seed >= 1000:
+        ap.error("training seeds must be < 1000 (seeds ≥ 1000 are reserved for evaluation)")
+    torch.set_num_threads(max(torch.get_num_threads(), 1))
+    report = train(args.out, seed=args.seed, n_train=args.n_train, epochs_a=args.epochs_a,
+                   epochs_b=args.epochs_b, batch_size=args.batch_size)
+    print(json.dumps(report["seconds"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
