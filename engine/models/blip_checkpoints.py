@@ -74,26 +74,28 @@ def _read_vocab(vocab_file: Path) -> dict[str, int]:
     return {tok: i for i, tok in enumerate(tokens)}
 
 
-def build_blip_tokenizer(vocab_file: Path | None = None) -> BertTokenizerFast:
-    """bert-base-uncased WordPiece + [DEC] (bos) and [ENC] (extra special), as BLIP's tokenizer.
-
-    Same order of additions as BLIP's own init_tokenizer(), which is what gives
-    [DEC]=30522 and [ENC]=30523.
-    """
+def build_bert_uncased_tokenizer(vocab_file: Path | None = None) -> BertTokenizerFast:
+    """The plain bert-base-uncased WordPiece tokenizer (30,522 entries), offline."""
     from transformers import BertTokenizerFast
 
     path = Path(vocab_file) if vocab_file is not None else bert_uncased_vocab_file()
     vocab = _read_vocab(path)
     if len(vocab) != BERT_UNCASED_VOCAB_SIZE:
         raise ModelError(
-            f"{path} has {len(vocab)} entries; BLIP needs the {BERT_UNCASED_VOCAB_SIZE}-entry "
+            f"{path} has {len(vocab)} entries; expected the {BERT_UNCASED_VOCAB_SIZE}-entry "
             "bert-base-uncased vocabulary"
         )
-    tok = BertTokenizerFast(
-        vocab=vocab,
-        do_lower_case=True,
-        model_max_length=BLIP_MAX_TEXT_TOKENS,
-    )
+    # transformers 5 ignores vocab_file=...; the vocabulary has to be passed as a mapping.
+    return BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=BLIP_MAX_TEXT_TOKENS)
+
+
+def build_blip_tokenizer(vocab_file: Path | None = None) -> BertTokenizerFast:
+    """bert-base-uncased WordPiece + [DEC] (bos) and [ENC] (extra special), as BLIP's tokenizer.
+
+    Same order of additions as BLIP's own init_tokenizer(), which is what gives
+    [DEC]=30522 and [ENC]=30523.
+    """
+    tok = build_bert_uncased_tokenizer(vocab_file)
     tok.add_special_tokens({"bos_token": BLIP_DEC_TOKEN})
     tok.add_special_tokens({"additional_special_tokens": [BLIP_ENC_TOKEN]})
     ids = tok.convert_tokens_to_ids([BLIP_DEC_TOKEN, BLIP_ENC_TOKEN])

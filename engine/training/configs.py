@@ -135,7 +135,7 @@ def load_config(name_or_path: str, **overrides) -> TrainConfig:
         base = PRESETS.get(raw.pop("base", ""), None)
         fields = base.to_dict() if base else {"description": str(path)}
         fields.update(raw)
-        fields.setdefault("name", path.stem)
+        fields["name"] = raw.get("name", path.stem)
         try:
             fields["inputs"] = tuple(TextInput(**i) if isinstance(i, dict) else i for i in fields["inputs"])
             cfg = TrainConfig(**fields)
