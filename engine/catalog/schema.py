@@ -73,3 +73,40 @@ embeddings = Table(
     PrimaryKeyConstraint("image_id", "model_id", name="pk_embeddings"),
 )
 Index("ix_embeddings_model", embeddings.c.model_id)
+
+# --- version 2: review of captions by annotators -------------------------------------------
+# The migration step in db.py creates these with frozen SQL; keep both in step (a test checks).
+
+review_sessions = Table(
+    "review_sessions",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("caption_file", Text, nullable=False),  # absolute path of the JSONL/CSV file
+    Column("file_hash", String, nullable=False),  # SHA-256 of its bytes: an edited file is a new session
+    Column("position", Integer, nullable=False),  # index of the item the annotator was on
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("caption_file", "file_hash", name="uq_review_sessions_file"),
+)
+
+review_items = Table(
+    "review_items",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("session_id", Integer, ForeignKey("review_sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("line_no", Integer, nullable=False),  # 1-based line of the caption file
+    Column("image_path", Text, nullable=False),
+    Column("caption", Text, nullable=False),
+    UniqueConstraint("session_id", "line_no", name="uq_review_items_line"),
+)
+
+verdicts = Table(
+    "verdicts",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("item_id", Integer, ForeignKey("review_items.id", ondelete="CASCADE"), nullable=False),
+    Column("sentence_index", Integer),  # NULL: the verdict on the whole item
+    Column("verdict", String),  # faithful | unfaithful | unsure; NULL while only a note is kept
+    Column("note", Text, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)

@@ -52,22 +52,25 @@ def test_migration_backs_up_first_and_runs_steps_in_order(tmp_path, monkeypatch)
     cat.close()
     ran = []
 
-    def step2(conn):
-        ran.append(2)
+    current = db.SCHEMA_VERSION
+    nxt = current + 1
+
+    def step_next(conn):
+        ran.append(nxt)
         conn.exec_driver_sql("ALTER TABLE libraries ADD COLUMN label TEXT")
 
-    monkeypatch.setattr(db, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(db.MIGRATIONS, 2, step2)
+    monkeypatch.setattr(db, "SCHEMA_VERSION", nxt)
+    monkeypatch.setitem(db.MIGRATIONS, nxt, step_next)
     cat = Catalog(path)
-    assert ran == [2]
+    assert ran == [nxt]
     assert cat.backup_path is not None and cat.backup_path.exists()
-    # The backup is the version-1 catalog, with the data it had.
+    # The backup is the previous catalog, with the data it had.
     bak = sqlite3.connect(cat.backup_path)
-    assert bak.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert bak.execute("PRAGMA user_version").fetchone()[0] == current
     assert bak.execute("SELECT root FROM libraries").fetchall() == [(lib.root,)]
     bak.close()
     with cat.read() as conn:
-        assert db.user_version(conn) == 2
+        assert db.user_version(conn) == nxt
     cat.close()
 
 
@@ -79,12 +82,13 @@ def test_failed_migration_step_rolls_back(tmp_path, monkeypatch):
         conn.exec_driver_sql("ALTER TABLE libraries ADD COLUMN label TEXT")
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(db, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(db.MIGRATIONS, 2, broken)
+    current = db.SCHEMA_VERSION
+    monkeypatch.setattr(db, "SCHEMA_VERSION", current + 1)
+    monkeypatch.setitem(db.MIGRATIONS, current + 1, broken)
     with pytest.raises(RuntimeError):
         Catalog(path)
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == current
     cols = [r[1] for r in raw.execute("PRAGMA table_info(libraries)")]
     assert "label" not in cols
     raw.close()

@@ -1,0 +1,266 @@
+"""Models: what is installed, import from a folder, pull from the hub with progress."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app import theme
+from desktop_app.dialogs import messages
+from desktop_app.widgets.progress_panel import format_eta
+from desktop_app.workers import Backend, Job, ModelInfo, WorkerHub
+
+COLUMNS = ("Model", "Status", "Size", "Description")
+
+
+def _size(n: int | None) -> str:
+    if not n:
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+class ModelsDialog(QDialog):
+    models_changed = Signal()
+
+    def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Models")
+        self.setObjectName("models-dialog")
+        self.resize(860, 520)
+        self.backend = backend
+        self.hub = hub
+        self.models: list[ModelInfo] = []
+        self.pull: Job | None = None
+        self.last_job: Job | None = None
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.setWordWrap(True)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+
+        self.use_button = QPushButton("Use this model")
+        self.use_button.clicked.connect(self.use_selected)
+        self.pull_button = QPushButton("Download (pull)")
+        self.pull_button.clicked.connect(self.pull_selected)
+        self.trust = QCheckBox("Accept the small config/tokenizer files the registry does not pin by hash")
+        self.cancel_button = QPushButton("Cancel download")
+        self.cancel_button.clicked.connect(self.cancel_pull)
+        self.cancel_button.setVisible(False)
+        self.bar = QProgressBar()
+        self.bar.setVisible(False)
+        self.status = QLabel("")
+        self.status.setObjectName("models-status")
+        self.status.setWordWrap(True)
+
+        self.folder = QLineEdit()
+        self.folder.setPlaceholderText("A Hugging Face-format folder (config.json, model.safetensors, tokenizer)")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        self.name = QLineEdit()
+        self.name.setPlaceholderText("install as (name)")
+        self.name.setMaximumWidth(220)
+        self.import_button = QPushButton("Import")
+        self.import_button.clicked.connect(self.import_model)
+        imp = QGroupBox("Import from a folder (offline)")
+        il = QHBoxLayout(imp)
+        il.addWidget(self.folder, 1)
+        il.addWidget(browse)
+        il.addWidget(self.name)
+        il.addWidget(self.import_button)
+
+        actions = QHBoxLayout()
+        actions.addWidget(self.use_button)
+        actions.addWidget(self.pull_button)
+        actions.addWidget(self.cancel_button)
+        actions.addStretch(1)
+        close = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        close.rejected.connect(self.reject)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.table, 1)
+        lay.addLayout(actions)
+        lay.addWidget(self.trust)
+        lay.addWidget(self.bar)
+        lay.addWidget(self.status)
+        lay.addWidget(imp)
+        lay.addWidget(close)
+        self.refresh()
+
+    # -- listing --------------------------------------------------------------------------------
+    def refresh(self) -> Job:
+        self.last_job = self.hub.call(self.backend.list_models, on_result=self._fill,
+                                      on_error=lambda m: self._say(m, error=True))
+        return self.last_job
+
+    def _fill(self, models: list[ModelInfo]) -> None:
+        self.models = models
+        default = self.backend.settings().get("default_model")
+        self.table.setRowCount(len(models))
+        for r, m in enumerate(models):
+            status = "installed" if m.installed else ("bundled (not in this build)" if m.bundled else "not installed")
+            if m.problem:
+                status = "damaged"
+            if m.name == default:
+                status += " · default"
+            desc = m.description or ""
+            if m.notice:
+                desc = f"{m.notice.upper()}. {desc}"
+            if m.problem:
+                desc = f"{m.problem} {desc}"
+            for c, text in enumerate((m.name, status, _size(m.size_bytes), desc)):
+                item = QTableWidgetItem(text)
+                item.setToolTip(text)
+                if c == 0 and m.notice:
+                    item.setForeground(self.palette().color(self.palette().ColorRole.Text))
+                self.table.setItem(r, c, item)
+        self.table.resizeColumnsToContents()
+        self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.resizeRowsToContents()
+        self._update_buttons()
+
+    def row_of(self, name: str) -> int:
+        return next((i for i, m in enumerate(self.models) if m.name == name), -1)
+
+    def selected(self) -> ModelInfo | None:
+        rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
+        if not rows:
+            return None
+        r = rows[0].row()
+        return self.models[r] if 0 <= r < len(self.models) else None
+
+    def select(self, name: str) -> None:
+        r = self.row_of(name)
+        if r >= 0:
+            self.table.selectRow(r)
+
+    def _update_buttons(self) -> None:
+        m = self.selected()
+        busy = self.pull is not None
+        self.use_button.setEnabled(m is not None and m.installed and not m.problem)
+        self.pull_button.setEnabled(m is not None and m.pullable and not busy)
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.status.setText(text)
+        self.status.setStyleSheet(f"color: {theme.warning_colour()};" if error else "")
+
+    # -- actions ----------------------------------------------------------------------------------
+    def use_selected(self) -> None:
+        m = self.selected()
+        if m is None or not m.installed:
+            return
+        self.backend.save_settings({"default_model": m.name})
+        self._say(f"{m.name} is now the default model." + (f" Note: {m.notice}." if m.notice else ""))
+        self.models_changed.emit()
+        self.refresh()
+
+    def _browse(self) -> None:
+        path = messages.choose_folder(self, "Choose a model folder")
+        if path:
+            self.folder.setText(path)
+            if not self.name.text().strip():
+                self.name.setText(Path(path).name)
+
+    def import_model(self) -> Job | None:
+        folder, name = self.folder.text().strip(), self.name.text().strip()
+        if not folder or not name:
+            messages.show_error(self, "Import a model", "Choose the model folder and a name to install it as.")
+            return None
+        self.import_button.setEnabled(False)
+        self._say(f"Importing {name} (checking and copying files)…")
+
+        def done(dest: str) -> None:
+            self._say(f"Imported {name} into {dest}.")
+            self.models_changed.emit()
+            self.refresh()
+
+        def failed(msg: str) -> None:
+            self._say(msg, error=True)
+            messages.show_error(self, "Import failed", msg)
+
+        job = self.hub.call(self.backend.import_model, folder, name, on_result=done, on_error=failed,
+                            on_finished=lambda: self.import_button.setEnabled(True))
+        self.last_job = job
+        return job
+
+    def pull_selected(self) -> Job | None:
+        m = self.selected()
+        if m is None or not m.pullable or self.pull is not None:
+            return None
+        self.bar.setRange(0, 0)
+        self.bar.setVisible(True)
+        self.cancel_button.setVisible(True)
+        self._say(f"Downloading {m.name}…")
+        job = self.hub.start_job(
+            self.backend.pull_job(m.name, self.trust.isChecked()), name=f"pull {m.name}",
+            on_progress=self._pull_progress,
+            on_result=lambda _p, n=m.name: self._pull_done(n),
+            on_error=self._pull_failed,
+            on_cancelled=lambda: self._say("Download cancelled; a later pull resumes where it stopped."),
+            on_finished=self._pull_finished,
+        )
+        self.pull = job
+        self.last_job = job
+        self._update_buttons()
+        return job
+
+    def _pull_progress(self, p) -> None:
+        if p.total:
+            # Byte counts overflow a QProgressBar's int range for large files: show per mille.
+            self.bar.setRange(0, 1000)
+            self.bar.setValue(int(1000 * min(1.0, p.done / p.total)))
+        else:
+            self.bar.setRange(0, 0)
+        rate = f" · {p.rate / 1e6:.1f} MB/s" if p.rate else ""
+        eta = format_eta(p.eta_s)
+        self._say(f"{p.message or p.stage}{rate}" + (f" · {eta}" if eta else ""))
+
+    def _pull_done(self, name: str) -> None:
+        self._say(f"{name} is installed and verified.")
+        self.models_changed.emit()
+        self.refresh()
+
+    def _pull_failed(self, message: str) -> None:
+        self._say(message, error=True)
+        messages.show_error(self, "Download failed", message)
+
+    def _pull_finished(self) -> None:
+        self.pull = None
+        self.bar.setVisible(False)
+        self.cancel_button.setVisible(False)
+        self._update_buttons()
+
+    def cancel_pull(self) -> None:
+        if self.pull is not None:
+            self.pull.cancel()
+            self._say("Cancelling…")
+
+    def reject(self) -> None:
+        self.cancel_pull()
+        super().reject()
+

@@ -1,0 +1,168 @@
+"""Settings: device, model, text-tower override, index parameters, thumbnail cache, theme."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app.dialogs import messages
+from desktop_app.workers import DEVICES, Backend, ModelInfo, WorkerHub
+
+THEME_LABELS = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
+DEVICE_LABELS = {"auto": "Automatic (best available)", "cuda": "CUDA (NVIDIA GPU)", "mps": "MPS (Apple GPU)",
+                 "cpu": "CPU"}
+
+
+class SettingsDialog(QDialog):
+    saved = Signal(dict)
+
+    def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.setObjectName("settings-dialog")
+        self.backend = backend
+        self.hub = hub
+        s = backend.settings()
+        self._initial = s
+
+        self.device = QComboBox()
+        for d in DEVICES:
+            self.device.addItem(DEVICE_LABELS[d], d)
+        self.device.setCurrentIndex(max(0, self.device.findData(s.get("device") or "auto")))
+
+        self.model = QComboBox()
+        self.model.setMinimumWidth(320)
+        self.model.addItem("Automatic (the only installed model)", None)
+        self._models_job = hub.call(backend.list_models, on_result=self._fill_models)
+
+        self.tower = QLineEdit(s.get("text_tower") or "")
+        self.tower.setPlaceholderText("the model's own text tower")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse_tower)
+        clear = QPushButton("Clear")
+        clear.clicked.connect(self.tower.clear)
+        tower_row = QHBoxLayout()
+        tower_row.addWidget(self.tower, 1)
+        tower_row.addWidget(browse)
+        tower_row.addWidget(clear)
+
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(0, 512)
+        self.max_tokens.setSpecialValueText("model default")
+        self.max_tokens.setValue(int(s.get("max_tokens") or 0))
+        self.top_k = QSpinBox()
+        self.top_k.setRange(1, 1_000_000)
+        self.top_k.setValue(int(s.get("top_k") or 200))
+
+        self.batch = QSpinBox()
+        self.batch.setRange(1, 512)
+        self.batch.setValue(int(s.get("batch_size") or 32))
+        self.workers = QSpinBox()
+        self.workers.setRange(1, 32)
+        self.workers.setValue(int(s.get("decode_workers") or 2))
+
+        self.cache_mb = QSpinBox()
+        self.cache_mb.setRange(16, 65536)
+        self.cache_mb.setSuffix(" MB")
+        self.cache_mb.setValue(int(s.get("thumbnail_cache_mb") or 512))
+        clear_cache = QPushButton("Clear cache")
+        clear_cache.clicked.connect(lambda: hub.call(backend.clear_thumbnail_cache))
+        cache_row = QHBoxLayout()
+        cache_row.addWidget(self.cache_mb, 1)
+        cache_row.addWidget(clear_cache)
+
+        self.theme = QComboBox()
+        for key, label in THEME_LABELS.items():
+            self.theme.addItem(label, key)
+        self.theme.setCurrentIndex(max(0, self.theme.findData(s.get("theme") or "system")))
+
+        model_box = QGroupBox("Model")
+        mf = QFormLayout(model_box)
+        mf.addRow("Device", self.device)
+        mf.addRow("Model", self.model)
+        mf.addRow("Text tower", tower_row)
+        mf.addRow("Query token budget", self.max_tokens)
+        mf.addRow("Results per search", self.top_k)
+        index_box = QGroupBox("Indexing")
+        inf = QFormLayout(index_box)
+        inf.addRow("Batch size", self.batch)
+        inf.addRow("Decoding threads", self.workers)
+        look_box = QGroupBox("Display")
+        lf = QFormLayout(look_box)
+        lf.addRow("Thumbnail cache", cache_row)
+        lf.addRow("Theme", self.theme)
+        note = QLabel("Model and device changes apply to the next search or indexing run.")
+        note.setEnabled(False)
+
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        lay = QVBoxLayout(self)
+        lay.addWidget(model_box)
+        lay.addWidget(index_box)
+        lay.addWidget(look_box)
+        lay.addWidget(note)
+        lay.addWidget(buttons)
+
+    def _fill_models(self, models: list[ModelInfo]) -> None:
+        current = self._initial.get("default_model")
+        for m in models:
+            if not m.installed:
+                continue
+            label = m.name + (f"  —  {m.notice}" if m.notice else "")
+            self.model.addItem(label, m.name)
+        idx = self.model.findData(current)
+        if current and idx < 0:
+            self.model.addItem(f"{current} (not installed)", current)
+            idx = self.model.count() - 1
+        self.model.setCurrentIndex(max(0, idx))
+
+    def _browse_tower(self) -> None:
+        path = messages.choose_folder(self, "Choose a text tower folder")
+        if path:
+            self.tower.setText(path)
+
+    def values(self) -> dict[str, Any]:
+        return {
+            "device": self.device.currentData(),
+            "default_model": self.model.currentData(),
+            "text_tower": self.tower.text().strip() or None,
+            "max_tokens": self.max_tokens.value() or None,
+            "top_k": self.top_k.value(),
+            "batch_size": self.batch.value(),
+            "decode_workers": self.workers.value(),
+            "thumbnail_cache_mb": self.cache_mb.value(),
+            "theme": self.theme.currentData(),
+        }
+
+    def accept(self) -> None:
+        values = self.values()
+        tower = values["text_tower"]
+        if tower:
+            from pathlib import Path
+
+            if not Path(tower).is_dir():
+                messages.show_error(self, "Text tower", f"{tower} is not a folder.")
+                return
+        try:
+            self.backend.save_settings(values)
+        except OSError as exc:
+            messages.show_error(self, "Settings not saved", f"Cannot write the settings file: {exc}")
+            return
+        self.saved.emit(values)
+        super().accept()

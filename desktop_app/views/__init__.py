@@ -1,0 +1,1 @@
+"""The main views: library sidebar, search, inspector, review."""

@@ -1,0 +1,368 @@
+"""Inspector: one picture large (zoom, pan), the query's phrases with their support, and overlays.
+
+Grounding (phrases, support, region maps) comes from the engine through Backend.ground;
+this view only shows it. When the model has no grounder the overlay controls are disabled
+and the view says so.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QImage, QPainter, QPalette
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QPushButton,
+    QRadioButton,
+    QSlider,
+    QSplitter,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app.dialogs import messages
+from desktop_app.widgets import overlay
+from desktop_app.widgets.image_canvas import ImageCanvas
+from desktop_app.workers import Backend, Job, WorkerHub, display_text
+
+SupportRole = Qt.ItemDataRole.UserRole + 1
+ColourRole = Qt.ItemDataRole.UserRole + 2
+
+NO_GROUNDING = ("Grounding is not available for this model, so phrase support and region overlays "
+                "are disabled.")
+
+
+class PhraseDelegate(QStyledItemDelegate):
+    """A phrase with its support as a bar and a number."""
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
+        return QSize(200, option.fontMetrics.height() * 2 + 10)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        painter.save()
+        r = option.rect.adjusted(2, 2, -2, -2)
+        pal = option.palette
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        painter.fillRect(r, pal.color(QPalette.ColorRole.Highlight) if selected else pal.color(QPalette.ColorRole.Base))
+        support = float(index.data(SupportRole) or 0.0)
+        colour = index.data(ColourRole)
+        fm = option.fontMetrics
+        text_col = pal.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text)
+        x = r.left() + 6
+        if colour:
+            painter.fillRect(QRect(x, r.top() + 6, 10, 10), QColor(colour))
+            x += 16
+        score = f"{support:.2f}"
+        sw = fm.horizontalAdvance("0.00") + 6
+        painter.setPen(text_col)
+        text = fm.elidedText(index.data(Qt.ItemDataRole.DisplayRole) or "", Qt.TextElideMode.ElideRight,
+                             r.right() - x - sw - 6)
+        painter.drawText(QRect(x, r.top() + 3, r.right() - x - sw, fm.height()), Qt.AlignmentFlag.AlignVCenter, text)
+        painter.drawText(QRect(r.right() - sw, r.top() + 3, sw - 4, fm.height()),
+                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, score)
+        bar = QRect(r.left() + 6, r.top() + fm.height() + 6, r.width() - 12, 5)
+        painter.fillRect(bar, pal.color(QPalette.ColorRole.Mid))
+        fill = QRect(bar)
+        fill.setWidth(int(bar.width() * max(0.0, min(1.0, support))))
+        rgb = overlay.ramp_rgb(np.array([max(0.15, support)]))[0]
+        painter.fillRect(fill, QColor(int(rgb[0]), int(rgb[1]), int(rgb[2])))
+        painter.restore()
+
+
+class InspectorView(QWidget):
+    find_similar = Signal(object)  # image path
+
+    def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.backend = backend
+        self.hub = hub
+        self.hit: Any = None
+        self.path: str | None = None
+        self.query: dict[str, str | None] = {}
+        self.grounding: Any = None
+        self._seq = 0
+        self.image_job: Job | None = None
+        self.ground_job: Job | None = None
+
+        # -- canvas + zoom bar ----------------------------------------------------------------
+        self.canvas = ImageCanvas()
+        self.canvas.setObjectName("inspector-canvas")
+        self.canvas.set_message("Open a result (Enter or double-click) to inspect it here.")
+        zoom_bar = QHBoxLayout()
+        zoom_bar.setContentsMargins(0, 0, 0, 0)
+        for text, tip, slot in (("Fit", "Fit to window (0)", self.canvas.fit),
+                                ("100%", "Actual pixels (Ctrl+1)", self.canvas.actual_size),
+                                ("−", "Zoom out (-)", lambda: self.canvas.zoom_by(0.8)),
+                                ("+", "Zoom in (+)", lambda: self.canvas.zoom_by(1.25))):
+            b = QToolButton()
+            b.setText(text)
+            b.setToolTip(tip)
+            b.clicked.connect(slot)
+            zoom_bar.addWidget(b)
+        self.zoom_label = QLabel("")
+        zoom_bar.addWidget(self.zoom_label)
+        zoom_bar.addStretch(1)
+        self.canvas.zoom_changed.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f}%"))
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addLayout(zoom_bar)
+        ll.addWidget(self.canvas, 1)
+
+        # -- side panel -----------------------------------------------------------------------
+        self.title = QLabel("")
+        self.title.setWordWrap(True)
+        f = self.title.font()
+        f.setPointSizeF(f.pointSizeF() + 2)
+        f.setBold(True)
+        self.title.setFont(f)
+        self.details = QLabel("")
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.similar_button = QPushButton("Find similar")
+        self.similar_button.setEnabled(False)
+        self.similar_button.clicked.connect(lambda: self.path and self.find_similar.emit(self.path))
+
+        self.query_label = QPlainTextEdit()
+        self.query_label.setReadOnly(True)
+        self.query_label.setObjectName("inspector-query")
+        self.query_label.setMaximumHeight(self.query_label.fontMetrics().lineSpacing() * 6 + 12)
+
+        self.notice = QLabel("")
+        self.notice.setObjectName("grounding-notice")
+        self.notice.setWordWrap(True)
+
+        self.mode_phrase = QRadioButton("Selected phrase")
+        self.mode_all = QRadioButton("All phrases")
+        self.mode_phrase.setChecked(True)
+        self.mode_group = QButtonGroup(self)
+        self.mode_group.addButton(self.mode_phrase)
+        self.mode_group.addButton(self.mode_all)
+        self.mode_phrase.toggled.connect(lambda _on: self._render_overlay())
+        self.phrases = QListWidget()
+        self.phrases.setObjectName("phrase-list")
+        self.phrases.setItemDelegate(PhraseDelegate(self.phrases))
+        self.phrases.currentRowChanged.connect(lambda _r: self._phrase_selected())
+        self.opacity = QSlider(Qt.Orientation.Horizontal)
+        self.opacity.setRange(0, 100)
+        self.opacity.setValue(60)
+        self.opacity.valueChanged.connect(lambda v: self.canvas.set_overlay_opacity(v / 100))
+        self.legend = overlay.Legend()
+        self.export_button = QPushButton("Export overlay as PNG…")
+        self.export_button.clicked.connect(self.export_dialog)
+
+        modes = QHBoxLayout()
+        modes.addWidget(self.mode_phrase)
+        modes.addWidget(self.mode_all)
+        op_row = QHBoxLayout()
+        op_row.addWidget(QLabel("Opacity"))
+        op_row.addWidget(self.opacity, 1)
+        self.phrase_box = QGroupBox("Phrases and support")
+        pb = QVBoxLayout(self.phrase_box)
+        pb.addWidget(self.notice)
+        pb.addLayout(modes)
+        pb.addWidget(self.phrases, 1)
+        pb.addLayout(op_row)
+        pb.addWidget(self.legend)
+        pb.addWidget(self.export_button)
+
+        query_box = QGroupBox("Query")
+        qb = QVBoxLayout(query_box)
+        qb.addWidget(self.query_label)
+
+        side = QWidget()
+        side.setMinimumWidth(300)
+        side.setMaximumWidth(460)
+        sl = QVBoxLayout(side)
+        sl.setContentsMargins(8, 0, 0, 0)
+        sl.addWidget(self.title)
+        sl.addWidget(self.details)
+        sl.addWidget(self.similar_button)
+        line = QFrame()
+        line.setFrameShape(QFrame.Shape.HLine)
+        sl.addWidget(line)
+        sl.addWidget(query_box)
+        sl.addWidget(self.phrase_box, 1)
+
+        split = QSplitter()
+        split.addWidget(left)
+        split.addWidget(side)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 0)
+        split.setSizes([900, 360])
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 10, 10, 6)
+        lay.addWidget(split)
+        self._set_overlay_enabled(False)
+
+    # -- showing a picture ---------------------------------------------------------------------
+    def show_hit(self, hit: Any, query: dict[str, str | None]) -> None:
+        self.hit = hit
+        self._show(hit.path, query, score=hit.score, rank=hit.rank,
+                   date=getattr(hit, "exif_date", None), camera=getattr(hit, "camera", None))
+
+    def show_path(self, path: str, query: dict[str, str | None]) -> None:
+        self.hit = None
+        self._show(path, query)
+
+    def _show(self, path: str, query: dict[str, str | None], *, score: float | None = None,
+              rank: int | None = None, date: str | None = None, camera: str | None = None) -> None:
+        self._seq += 1
+        seq = self._seq
+        self.path = path
+        self.query = dict(query)
+        self.grounding = None
+        self.title.setText(display_text(os.path.basename(path)))
+        bits = [display_text(path)]
+        if score is not None:
+            bits.append(f"score {score:.4f} · rank {rank}")
+        if date:
+            bits.append(f"taken {date.replace('T', ' ')}")
+        if camera:
+            bits.append(camera)
+        self.details.setText("\n".join(bits))
+        self.similar_button.setEnabled(True)
+        text = query.get("text")
+        if text:
+            self.query_label.setPlainText(text)
+        elif query.get("image"):
+            self.query_label.setPlainText(f"Similar to {os.path.basename(query['image'])} (image query)")
+        else:
+            self.query_label.setPlainText("—")
+        self.phrases.clear()
+        self.legend.show_ramp()
+        self._set_overlay_enabled(False)
+        self.canvas.set_image(None)
+        self.canvas.set_message("Loading…")
+        self.image_job = self.hub.call(self.backend.display_image, path, 4096,
+                                       on_result=lambda img, s=seq: self._image_loaded(img, s),
+                                       on_error=lambda m, s=seq: self._image_failed(m, s))
+        if text:
+            self.notice.setText("Grounding the query in this picture…")
+            self.ground_job = self.hub.call(self.backend.ground, path, text,
+                                            on_result=lambda g, s=seq: self._grounded(g, s),
+                                            on_error=lambda m, s=seq: self._ground_failed(m, s))
+        else:
+            self.ground_job = None
+            self.notice.setText("Phrase overlays need a text query.")
+
+    def _image_loaded(self, image: QImage, seq: int) -> None:
+        if seq != self._seq:
+            return
+        self.canvas.set_image(image)
+        self._render_overlay()
+
+    def _image_failed(self, message: str, seq: int) -> None:
+        if seq != self._seq:
+            return
+        self.canvas.set_message(f"This picture cannot be shown: {message}")
+
+    def _ground_failed(self, message: str, seq: int) -> None:
+        if seq != self._seq:
+            return
+        self.notice.setText(f"Grounding failed: {message}")
+
+    def _grounded(self, grounding: Any, seq: int) -> None:
+        if seq != self._seq:
+            return
+        self.set_grounding(grounding)
+
+    # -- grounding ---------------------------------------------------------------------------------
+    def set_grounding(self, grounding: Any) -> None:
+        self.grounding = grounding
+        self.phrases.clear()
+        if grounding is None:
+            self.notice.setText(NO_GROUNDING)
+            self._set_overlay_enabled(False)
+            self.canvas.clear_overlay()
+            return
+        self.notice.setText("Select a phrase to see where the picture supports it.")
+        for i, pm in enumerate(grounding.phrases):
+            item = QListWidgetItem(pm.phrase.text)
+            item.setData(SupportRole, float(pm.support))
+            item.setData(ColourRole, overlay.PHRASE_COLOURS[i % len(overlay.PHRASE_COLOURS)])
+            item.setToolTip(f"{pm.phrase.text}\nsupport {pm.support:.3f} ({pm.phrase.kind})")
+            self.phrases.addItem(item)
+        self._set_overlay_enabled(bool(grounding.phrases))
+        if grounding.phrases:
+            best = max(range(len(grounding.phrases)), key=lambda i: grounding.phrases[i].support)
+            self.phrases.setCurrentRow(best)
+        self._render_overlay()
+
+    def _set_overlay_enabled(self, on: bool) -> None:
+        for w in (self.mode_phrase, self.mode_all, self.phrases, self.opacity, self.legend, self.export_button):
+            w.setEnabled(on)
+
+    def set_mode(self, mode: str) -> None:
+        (self.mode_all if mode == "all" else self.mode_phrase).setChecked(True)
+
+    def mode(self) -> str:
+        return "all" if self.mode_all.isChecked() else "phrase"
+
+    def select_phrase(self, row: int) -> None:
+        self.set_mode("phrase")
+        self.phrases.setCurrentRow(row)
+
+    def _phrase_selected(self) -> None:
+        if self.mode() == "phrase":
+            self._render_overlay()
+
+    def _render_overlay(self) -> None:
+        g = self.grounding
+        if g is None or not g.phrases or self.canvas.image().isNull():
+            self.canvas.clear_overlay()
+            return
+        opacity = self.opacity.value() / 100
+        if self.mode() == "all":
+            self.canvas.set_overlay(overlay.all_phrases_image([pm.heatmap for pm in g.phrases]), opacity)
+            self.legend.show_phrases([f"{pm.phrase.text} ({pm.support:.2f})" for pm in g.phrases])
+        else:
+            row = self.phrases.currentRow()
+            if not 0 <= row < len(g.phrases):
+                self.canvas.clear_overlay()
+                return
+            self.canvas.set_overlay(overlay.heatmap_image(g.phrases[row].heatmap), opacity)
+            self.legend.show_ramp()
+
+    # -- export --------------------------------------------------------------------------------------
+    def export_dialog(self) -> None:
+        if not self.canvas.has_overlay():
+            messages.show_error(self, "Nothing to export", "Select a phrase first: there is no overlay to export.")
+            return
+        stem = os.path.splitext(os.path.basename(self.path or "overlay"))[0]
+        dest = messages.choose_save_file(self, "Export overlay", "PNG image (*.png)", f"{stem}-overlay.png")
+        if dest:
+            self.export_overlay(dest)
+
+    def export_overlay(self, dest: str) -> bool:
+        """Save the picture with the current overlay at full resolution as PNG."""
+        from PySide6.QtCore import QSaveFile
+        from PySide6.QtGui import QImageWriter
+
+        if not dest.lower().endswith(".png"):
+            dest += ".png"
+        composed = overlay.compose(self.canvas.image(), self.canvas.overlay(), self.canvas.overlay_opacity())
+        f = QSaveFile(dest)  # written to a temporary file and renamed: never half a PNG
+        if not f.open(QSaveFile.OpenModeFlag.WriteOnly):
+            messages.show_error(self, "Export failed", f"Cannot write {dest}: {f.errorString()}")
+            return False
+        writer = QImageWriter(f, b"png")
+        if not writer.write(composed) or not f.commit():
+            f.cancelWriting()
+            messages.show_error(self, "Export failed", f"Cannot write {dest}: {writer.errorString()}")
+            return False
+        return True

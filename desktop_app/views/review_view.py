@@ -1,0 +1,521 @@
+"""Review mode for annotators: step through a caption file and record verdicts.
+
+Keys follow darktable / Lightroom habits: Space / Backspace next / previous item, 1 / 2 / 3
+faithful / unfaithful / unsure on the selected row (the whole item, or a sentence picked
+with Up / Down), N to write a note, F full screen. Every verdict is saved to the catalog at
+once (in order, through one background thread); the position is saved too, so reopening
+the same file resumes where the annotator stopped.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from typing import Any
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QImage, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app import theme
+from desktop_app.dialogs import messages
+from desktop_app.widgets import overlay
+from desktop_app.widgets.image_canvas import ImageCanvas
+from desktop_app.workers import Backend, Job, WorkerHub
+
+CAPTION_FILTER = "Caption files (*.jsonl *.ndjson *.json *.csv *.tsv);;All files (*)"
+VERDICT_LABELS = {"faithful": "Faithful", "unfaithful": "Unfaithful", "unsure": "Unsure"}
+
+
+class VerdictRow(QFrame):
+    """The whole item or one sentence: three verdict buttons and a note."""
+
+    changed = Signal(object, object, str)  # sentence index (None: whole item), verdict or None, note
+    clicked = Signal(object)
+
+    def __init__(self, label: str, sentence_index: int | None, verdicts: tuple[str, ...],
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.sentence_index = sentence_index
+        self.verdicts = verdicts
+        self.setObjectName("verdict-row")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.text = QLabel(label)
+        self.text.setWordWrap(True)
+        self.text.setTextFormat(Qt.TextFormat.RichText)
+        self.group = QButtonGroup(self)
+        self.group.setExclusive(False)  # so a second click on the chosen verdict clears it
+        self.buttons: dict[str, QPushButton] = {}
+        row = QHBoxLayout()
+        row.setSpacing(4)
+        for i, v in enumerate(verdicts, start=1):
+            b = QPushButton(f"{i}  {VERDICT_LABELS.get(v, v)}")
+            b.setCheckable(True)
+            b.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+            b.clicked.connect(lambda checked, v=v: self.choose(v if checked else None))
+            self.group.addButton(b)
+            self.buttons[v] = b
+            row.addWidget(b)
+        self.note = QLineEdit()
+        self.note.setPlaceholderText("Note (N)")
+        self.note.editingFinished.connect(self._note_done)
+        row.addWidget(self.note, 1)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(8, 6, 8, 6)
+        lay.setSpacing(4)
+        lay.addWidget(self.text)
+        lay.addLayout(row)
+        self._verdict: str | None = None
+        self._saved_note = ""
+        self._current = False
+
+    def mousePressEvent(self, event) -> None:
+        self.clicked.emit(self.sentence_index)
+        super().mousePressEvent(event)
+
+    def verdict(self) -> str | None:
+        return self._verdict
+
+    def set_state(self, verdict: str | None, note: str) -> None:
+        self._verdict = verdict
+        for v, b in self.buttons.items():
+            b.setChecked(v == verdict)
+        self.note.setText(note)
+        self._saved_note = note
+
+    def choose(self, verdict: str | None) -> None:
+        self._verdict = verdict
+        for v, b in self.buttons.items():
+            b.setChecked(v == verdict)
+        self._saved_note = self.note.text()
+        self.changed.emit(self.sentence_index, verdict, self.note.text())
+
+    def _note_done(self) -> None:
+        if self.note.text() != self._saved_note:
+            self._saved_note = self.note.text()
+            self.changed.emit(self.sentence_index, self._verdict, self.note.text())
+
+    def set_current(self, on: bool) -> None:
+        self._current = on
+        self._restyle()
+
+    def set_tint(self, support: float | None) -> None:
+        self._tint = support
+        self._restyle()
+
+    def _restyle(self) -> None:
+        parts = []
+        tint = getattr(self, "_tint", None)
+        if tint is not None:
+            c = overlay.support_tint(tint, 60)
+            parts.append(f"background-color: rgba({c.red()},{c.green()},{c.blue()},{c.alpha()});")
+        if self._current:
+            hl = self.palette().color(self.palette().ColorRole.Highlight).name()
+            parts.append(f"border: 2px solid {hl}; border-radius: 4px;")
+        self.setStyleSheet(f"QFrame#verdict-row {{ {' '.join(parts)} }}" if parts else "")
+
+
+class ReviewView(QWidget):
+    item_shown = Signal(int)  # index
+
+    def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.backend = backend
+        self.hub = hub
+        self.verdicts = backend.verdict_names()
+        self.session: Any = None
+        self.item: Any = None
+        self.grounding: Any = None
+        self.rows: list[VerdictRow] = []
+        self.current_row = 0
+        self._seq = 0
+        self.last_job: Job | None = None
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+
+        # -- top bar -------------------------------------------------------------------------------
+        self.open_button = QPushButton("Open caption file…")
+        self.open_button.clicked.connect(self.open_dialog)
+        self.file_label = QLabel("No caption file open. A caption file is JSON Lines or CSV with "
+                                 "an image and a caption per line.")
+        self.file_label.setWordWrap(True)
+        self.position_label = QLabel("")
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v of %m reviewed")
+        self.progress.setFixedWidth(220)
+        self.progress.setValue(0)
+        self.export_button = QPushButton("Export…")
+        self.export_button.clicked.connect(self.export_dialog)
+        self.full_button = QPushButton("Full screen (F)")
+        self.full_button.clicked.connect(self.toggle_full_screen)
+        top = QHBoxLayout()
+        top.addWidget(self.open_button)
+        top.addWidget(self.file_label, 1)
+        top.addWidget(self.position_label)
+        top.addWidget(self.progress)
+        top.addWidget(self.export_button)
+        top.addWidget(self.full_button)
+        self.problems_label = QLabel("")
+        self.problems_label.setObjectName("review-problems")
+        self.problems_label.setWordWrap(True)
+        self.problems_label.setTextFormat(Qt.TextFormat.RichText)
+        self.problems_label.linkActivated.connect(lambda _l: self.show_problems())
+        self.problems_label.setVisible(False)
+
+        # -- image ----------------------------------------------------------------------------------
+        self.canvas = ImageCanvas()
+        self.canvas.setObjectName("review-canvas")
+        self.canvas.set_message("Open a caption file to start reviewing.")
+
+        # -- caption, verdicts ------------------------------------------------------------------------
+        self.caption = QTextBrowser()
+        self.caption.setObjectName("review-caption")
+        self.caption.setOpenLinks(False)
+        self.caption.setMouseTracking(True)
+        self.caption.highlighted.connect(self._hover_link)
+        self.caption.setMinimumHeight(110)
+        self.grounding_note = QLabel("")
+        self.grounding_note.setWordWrap(True)
+        self.rows_box = QWidget()
+        self.rows_layout = QVBoxLayout(self.rows_box)
+        self.rows_layout.setContentsMargins(0, 0, 0, 0)
+        self.rows_layout.setSpacing(6)
+        self.rows_layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.rows_box)
+        keys = QLabel("Space / Backspace: next / previous · 1 2 3: faithful / unfaithful / unsure · "
+                      "↑ ↓: item or sentence · N: note · F: full screen")
+        keys.setWordWrap(True)
+        keys.setEnabled(False)
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(8, 0, 0, 0)
+        rl.addWidget(QLabel("<b>Caption</b> (hover a phrase to see its region)"))
+        rl.addWidget(self.caption, 2)
+        rl.addWidget(self.grounding_note)
+        rl.addWidget(QLabel("<b>Verdicts</b>"))
+        rl.addWidget(scroll, 3)
+        rl.addWidget(keys)
+
+        split = QSplitter()
+        split.addWidget(self.canvas)
+        split.addWidget(right)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        split.setSizes([760, 520])
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 10, 10, 6)
+        lay.addLayout(top)
+        lay.addWidget(self.problems_label)
+        lay.addWidget(split, 1)
+
+        self._shortcuts: list[QShortcut] = []
+        self._bind("Space", self.next_item)
+        self._bind("Backspace", self.previous_item)
+        for i, v in enumerate(self.verdicts, start=1):
+            self._bind(str(i), lambda v=v: self.set_verdict(v))
+        self._bind("Up", lambda: self.move_row(-1))
+        self._bind("Down", lambda: self.move_row(1))
+        self._bind("N", self.focus_note)
+        self._bind("F", self.toggle_full_screen)
+        self._bind("Escape", self._escape)
+        self._set_enabled(False)
+
+    def _bind(self, key: str, slot) -> None:
+        sc = QShortcut(QKeySequence(key), self)
+        sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        sc.activated.connect(slot)
+        self._shortcuts.append(sc)
+
+    def _set_enabled(self, on: bool) -> None:
+        self.export_button.setEnabled(on)
+        for sc in self._shortcuts:
+            sc.setEnabled(on or sc.key().toString() in ("F", "Esc"))
+
+    # -- opening ------------------------------------------------------------------------------------
+    def open_dialog(self) -> None:
+        path = messages.choose_file(self, "Open a caption file", CAPTION_FILTER)
+        if path:
+            self.open_file(path)
+
+    def open_file(self, path: str) -> Job:
+        self.file_label.setText(f"Opening {os.path.basename(path)}…")
+        job = self.hub.call(self.backend.open_review, path, on_result=self._opened,
+                            on_error=lambda m: self._open_failed(path, m), serial=True)
+        self.last_job = job
+        return job
+
+    def _open_failed(self, path: str, message: str) -> None:
+        self.file_label.setText(f"Could not open {os.path.basename(path)}.")
+        messages.show_error(self, "Cannot review this file", message)
+
+    def _opened(self, session: Any) -> None:
+        self.session = session
+        self._set_enabled(True)
+        name = os.path.basename(session.caption_file)
+        how = "resumed where you stopped" if session.resumed else "new review"
+        self.file_label.setText(f"<b>{html.escape(name)}</b> · {len(session)} items · {how}")
+        self.progress.setRange(0, len(session))
+        if session.problems:
+            # Shown in place (with the full list a click away), not in a modal box: the
+            # annotator can start on the good lines at once.
+            n = len(session.problems)
+            self.problems_label.setText(
+                f"{n} line(s) of {html.escape(name)} skipped: "
+                + html.escape("; ".join(str(p) for p in session.problems[:3])) + (" …" if n > 3 else "")
+                + ' <a href="details">details</a>')
+            self.problems_label.setStyleSheet(f"color: {theme.warning_colour()};")
+            self.problems_label.setVisible(True)
+        else:
+            self.problems_label.setVisible(False)
+        self.go_to(session.position)
+        self._refresh_progress()
+        self.setFocus()
+
+    def problems_text(self) -> str:
+        if self.session is None:
+            return ""
+        return "\n".join(str(p) for p in self.session.problems)
+
+    def show_problems(self) -> None:
+        if self.session is None or not self.session.problems:
+            return
+        lines = self.problems_text().splitlines()
+        more = f"\n… and {len(lines) - 100} more" if len(lines) > 100 else ""
+        messages.show_info(self, "Skipped lines",
+                           f"These lines of {os.path.basename(self.session.caption_file)} cannot be reviewed; "
+                           "fix them and open the file again (it then starts a new review).\n\n"
+                           + "\n".join(lines[:100]) + more)
+
+    # -- navigation ------------------------------------------------------------------------------------
+    def go_to(self, index: int) -> Job | None:
+        if self.session is None:
+            return None
+        index = max(0, min(index, len(self.session) - 1))
+        self._seq += 1
+        seq = self._seq
+        # Reads go through the same ordered thread as the writes, so they see every verdict.
+        job = self.hub.call(self.backend.review_item, self.session, index, serial=True,
+                            on_result=lambda it, s=seq: self._show_item(it, s),
+                            on_error=lambda m: messages.show_error(self, "Review", m))
+        self.hub.call(self.backend.set_review_position, self.session, index, serial=True)
+        self.last_job = job
+        return job
+
+    def next_item(self) -> None:
+        if self.item is not None and self.item.index + 1 < len(self.session):
+            self._commit_note()
+            self.go_to(self.item.index + 1)
+
+    def previous_item(self) -> None:
+        if self.item is not None and self.item.index > 0:
+            self._commit_note()
+            self.go_to(self.item.index - 1)
+
+    def _commit_note(self) -> None:
+        for row in self.rows:
+            row._note_done()
+
+    def _show_item(self, item: Any, seq: int) -> None:
+        if seq != self._seq:
+            return
+        self.item = item
+        self.grounding = None
+        self.position_label.setText(f"Item {item.index + 1} of {len(self.session)} · line {item.line_no}")
+        self.caption.setHtml(self._caption_html(item, None))
+        self._build_rows(item)
+        self.canvas.set_image(None)
+        self.canvas.set_message("Loading…")
+        self.hub.call(self.backend.display_image, item.image_path, 4096,
+                      on_result=lambda img, s=seq: self._image_loaded(img, s),
+                      on_error=lambda m, s=seq: seq == self._seq and self.canvas.set_message(
+                          f"This picture cannot be shown: {m}"))
+        self.grounding_note.setText("")
+        self.hub.call(self.backend.ground, item.image_path, item.caption,
+                      on_result=lambda g, s=seq: self._grounded(g, s),
+                      on_error=lambda m, s=seq: seq == self._seq and self.grounding_note.setText(
+                          f"Grounding failed: {m}"))
+        self.item_shown.emit(item.index)
+
+    def _image_loaded(self, image: QImage, seq: int) -> None:
+        if seq == self._seq:
+            self.canvas.set_image(image)
+
+    def _build_rows(self, item: Any) -> None:
+        for row in self.rows:
+            row.setParent(None)
+            row.deleteLater()
+        self.rows = []
+        whole = VerdictRow("<b>Whole item</b>", None, self.verdicts)
+        v = item.verdict
+        whole.set_state(v.verdict if v else None, v.note if v else "")
+        self.rows.append(whole)
+        for i in range(len(item.sentences)):
+            text = html.escape(item.sentence_text(i))
+            row = VerdictRow(f"<b>{i + 1}.</b> {text}", i, self.verdicts)
+            sv = item.sentence_verdicts.get(i)
+            row.set_state(sv.verdict if sv else None, sv.note if sv else "")
+            self.rows.append(row)
+        for row in self.rows:
+            row.changed.connect(self._save)
+            row.clicked.connect(self._row_clicked)
+            self.rows_layout.insertWidget(self.rows_layout.count() - 1, row)
+        self.set_current_row(0)
+
+    def _row_clicked(self, sentence_index: int | None) -> None:
+        self.set_current_row(0 if sentence_index is None else sentence_index + 1)
+
+    def set_current_row(self, i: int) -> None:
+        if not self.rows:
+            return
+        self.current_row = max(0, min(i, len(self.rows) - 1))
+        for j, row in enumerate(self.rows):
+            row.set_current(j == self.current_row)
+        self._show_overlay_for_row()
+
+    def move_row(self, step: int) -> None:
+        self.set_current_row(self.current_row + step)
+
+    def focus_note(self) -> None:
+        if self.rows:
+            self.rows[self.current_row].note.setFocus()
+
+    def _escape(self) -> None:
+        if self.window().isFullScreen():
+            self.toggle_full_screen()
+        self.setFocus()
+
+    # -- verdicts ------------------------------------------------------------------------------------------
+    def set_verdict(self, verdict: str) -> None:
+        """Shortcut 1/2/3: set (or, when it is already set, clear) the verdict on the current row."""
+        if not self.rows:
+            return
+        row = self.rows[self.current_row]
+        row.choose(None if row.verdict() == verdict else verdict)
+
+    def _save(self, sentence_index: int | None, verdict: str | None, note: str) -> None:
+        if self.item is None:
+            return
+        self.last_job = self.hub.call(
+            self.backend.set_verdict, self.item.id, sentence_index, verdict, note, serial=True,
+            on_result=lambda _r: self._refresh_progress(),
+            on_error=lambda m: messages.show_error(self, "Verdict not saved", m),
+        )
+
+    def _refresh_progress(self) -> None:
+        if self.session is None:
+            return
+        self.hub.call(self.backend.review_progress, self.session, serial=True,
+                      on_result=lambda p: (self.progress.setRange(0, p[1]), self.progress.setValue(p[0])))
+
+    # -- grounding -----------------------------------------------------------------------------------------
+    def _grounded(self, grounding: Any, seq: int) -> None:
+        if seq != self._seq:
+            return
+        self.grounding = grounding
+        if grounding is None:
+            self.grounding_note.setText("Grounding is not available for this model: no support tints or "
+                                        "region maps.")
+            return
+        self.grounding_note.setText("Tint: support of each phrase and sentence (red weak, green strong).")
+        self.caption.setHtml(self._caption_html(self.item, grounding))
+        sup = list(getattr(grounding, "sentence_supports", []) or [])
+        for row in self.rows[1:]:
+            i = row.sentence_index
+            row.set_tint(sup[i] if i is not None and i < len(sup) else None)
+        self._show_overlay_for_row()
+
+    def _caption_html(self, item: Any, grounding: Any) -> str:
+        text = item.caption
+        spans = []
+        if grounding is not None:
+            last = 0
+            for i, pm in sorted(enumerate(grounding.phrases), key=lambda t: t[1].phrase.start):
+                p = pm.phrase
+                if p.start < last or p.end > len(text) or p.start >= p.end:
+                    continue  # overlapping or out of range: shown untinted
+                spans.append((p.start, p.end, i, pm.support))
+                last = p.end
+        out = []
+        pos = 0
+        fg = self.palette().color(self.palette().ColorRole.Text).name()
+        for s, e, i, support in spans:
+            out.append(html.escape(text[pos:s]))
+            c = overlay.support_tint(support, 110)
+            out.append(f'<a href="phrase:{i}" style="color:{fg}; text-decoration:none; '
+                       f'background-color: rgba({c.red()},{c.green()},{c.blue()},{c.alpha()});">'
+                       f"{html.escape(text[s:e])}</a>")
+            pos = e
+        out.append(html.escape(text[pos:]))
+        size = self.font().pointSizeF() + 2
+        return f'<div style="font-size:{size:.0f}pt; line-height:140%;">{"".join(out)}</div>'
+
+    def _hover_link(self, url: QUrl) -> None:
+        s = url.toString()
+        if s.startswith("phrase:") and self.grounding is not None:
+            self.show_phrase_overlay(int(s.split(":", 1)[1]))
+        else:
+            self._show_overlay_for_row()
+
+    def show_phrase_overlay(self, i: int) -> None:
+        g = self.grounding
+        if g is None or not 0 <= i < len(g.phrases):
+            return
+        self.canvas.set_overlay(overlay.heatmap_image(g.phrases[i].heatmap), 0.6)
+
+    def _show_overlay_for_row(self) -> None:
+        """The selected sentence's phrases (strongest regions), or nothing for the whole item."""
+        g = self.grounding
+        if g is None or self.item is None or self.current_row == 0:
+            self.canvas.clear_overlay()
+            return
+        si = self.current_row - 1
+        if si >= len(self.item.sentences):
+            return
+        s, e = self.item.sentences[si]
+        maps = [pm.heatmap for pm in g.phrases if s <= pm.phrase.start < e]
+        if maps:
+            self.canvas.set_overlay(overlay.all_phrases_image(maps), 0.55)
+        else:
+            self.canvas.clear_overlay()
+
+    # -- export, full screen ------------------------------------------------------------------------------
+    def export_dialog(self) -> None:
+        if self.session is None:
+            return
+        stem = os.path.splitext(os.path.basename(self.session.caption_file))[0]
+        dest = messages.choose_save_file(self, "Export verdicts", "JSON Lines (*.jsonl);;CSV (*.csv)",
+                                         f"{stem}-verdicts.jsonl")
+        if dest:
+            self.export(dest)
+
+    def export(self, dest: str) -> Job | None:
+        if self.session is None:
+            return None
+        self._commit_note()
+        job = self.hub.call(self.backend.export_review, self.session, dest, serial=True,
+                            on_result=lambda n: self.file_label.setText(
+                                f"Exported {n} items to {os.path.basename(dest)}"),
+                            on_error=lambda m: messages.show_error(self, "Export failed", m))
+        self.last_job = job
+        return job
+
+    def toggle_full_screen(self) -> None:
+        w = self.window()
+        if w.isFullScreen():
+            w.showNormal()
+        else:
+            w.showFullScreen()

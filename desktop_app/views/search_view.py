@@ -1,0 +1,509 @@
+"""Search: the paragraph editor with its token budget, image queries, filters and the results grid."""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QDate, QEvent, QModelIndex, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence, QPixmap, QShortcut
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDateEdit,
+    QDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListView,
+    QMenu,
+    QPushButton,
+    QSpinBox,
+    QStackedWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from desktop_app import theme
+from desktop_app.dialogs import messages
+from desktop_app.views.results_model import HitRole, ResultsModel
+from desktop_app.widgets.paragraph_edit import ParagraphEdit
+from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
+from desktop_app.workers import THUMBNAIL_PX, Backend, Job, ThumbnailLoader, WorkerHub, display_text
+
+ALL_FOLDERS = "All folders"
+
+
+class QuickLook(QDialog):
+    """Space on a result: the picture large, closed again with Space or Esc."""
+
+    def __init__(self, backend: Backend, hub: WorkerHub, hit: Any, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(display_text(os.path.basename(hit.path)))
+        self.setObjectName("quick-look")
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+        self.label = QLabel("Loading…")
+        self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.label.setMinimumSize(320, 240)
+        caption = QLabel(f"{display_text(hit.path)}    score {hit.score:.4f}")
+        caption.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(caption)
+        top = parent.window() if parent is not None else None
+        if top is not None:
+            self.resize(int(top.width() * 0.7), int(top.height() * 0.8))
+        else:
+            self.resize(900, 700)
+        self._pix = QPixmap()
+        hub.call(backend.display_image, hit.path, 2048, on_result=self._loaded,
+                 on_error=lambda m: self.label.setText(f"Cannot show this picture: {m}"))
+
+    def _loaded(self, image) -> None:
+        self._pix = QPixmap.fromImage(image)
+        self._rescale()
+
+    def _rescale(self) -> None:
+        if not self._pix.isNull():
+            self.label.setPixmap(self._pix.scaled(self.label.size(), Qt.AspectRatioMode.KeepAspectRatio,
+                                                  Qt.TransformationMode.SmoothTransformation))
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._rescale()
+
+    def keyPressEvent(self, event) -> None:
+        if event.key() in (Qt.Key.Key_Space, Qt.Key.Key_Escape):
+            self.close()
+            return
+        super().keyPressEvent(event)
+
+
+class _GridKeys(QObject):
+    """Enter opens the inspector, Space shows a quick look (arrows are the view's own)."""
+
+    def __init__(self, view: SearchView) -> None:
+        super().__init__(view)
+        self.view = view
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.KeyPress:
+            if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+                self.view.open_current()
+                return True
+            if event.key() == Qt.Key.Key_Space:
+                self.view.quick_look()
+                return True
+        return False
+
+
+class SearchView(QWidget):
+    open_hit = Signal(object, dict)  # hit, query {"text": str | None, "image": str | None}
+    add_folder_requested = Signal()
+    demo_requested = Signal()
+    results_shown = Signal(int)
+
+    def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.backend = backend
+        self.hub = hub
+        self.setAcceptDrops(True)
+        self._seq = 0  # newest search request; older answers are dropped
+        self._budget_seq = 0
+        self._budget_job: Job | None = None
+        self._budget_dirty = False
+        self.query: dict[str, str | None] = {"text": None, "image": None}
+        self.last_result: Any = None
+        self.search_job: Job | None = None
+
+        # -- query editor --------------------------------------------------------------------
+        self.editor = ParagraphEdit()
+        self.editor.setObjectName("query-editor")
+        self.editor.image_suffixes = backend.image_suffixes()
+        self.editor.setFixedHeight(self.editor.fontMetrics().lineSpacing() * 5 + 16)
+        self.editor.submitted.connect(self.search)
+        self.editor.image_dropped.connect(self.search_image)
+        self.editor.textChanged.connect(self._text_changed)
+
+        self.search_button = QPushButton("Search")
+        self.search_button.setDefault(True)
+        self.search_button.setToolTip("Ctrl+Enter")
+        self.search_button.clicked.connect(self.search)
+        self.token_label = QLabel("– tokens")
+        self.token_label.setObjectName("token-counter")
+        self.token_label.setToolTip("Tokens the model reads out of its budget")
+        self.trunc_label = QLabel()
+        self.trunc_label.setObjectName("truncation-marker")
+        self.trunc_label.setWordWrap(True)
+        self.trunc_label.setVisible(False)
+        side = QVBoxLayout()
+        side.addWidget(self.search_button)
+        side.addWidget(self.token_label)
+        side.addWidget(self.trunc_label)
+        side.addStretch(1)
+        side_w = QWidget()
+        side_w.setLayout(side)
+        side_w.setFixedWidth(190)
+        top = QHBoxLayout()
+        top.addWidget(self.editor, 1)
+        top.addWidget(side_w)
+
+        # -- image query chip -------------------------------------------------------------------
+        self.image_chip = QFrame()
+        self.image_chip.setFrameShape(QFrame.Shape.StyledPanel)
+        chip = QHBoxLayout(self.image_chip)
+        chip.setContentsMargins(8, 2, 4, 2)
+        self.image_chip_label = QLabel()
+        clear = QToolButton()
+        clear.setText("✕")
+        clear.setToolTip("Back to the text query")
+        clear.clicked.connect(self.clear_image_query)
+        chip.addWidget(self.image_chip_label, 1)
+        chip.addWidget(clear)
+        self.image_chip.setVisible(False)
+
+        # -- filters ------------------------------------------------------------------------------
+        self.folder_box = QComboBox()
+        self.folder_box.setEditable(True)
+        self.folder_box.addItem(ALL_FOLDERS)
+        self.folder_box.setMinimumWidth(220)
+        self.folder_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.after_check = QCheckBox("From")
+        self.after_edit = QDateEdit(QDate.currentDate().addYears(-1))
+        self.before_check = QCheckBox("to")
+        self.before_edit = QDateEdit(QDate.currentDate())
+        for e in (self.after_edit, self.before_edit):
+            e.setCalendarPopup(True)
+            e.setDisplayFormat("yyyy-MM-dd")
+            e.setEnabled(False)
+        self.after_check.toggled.connect(self.after_edit.setEnabled)
+        self.before_check.toggled.connect(self.before_edit.setEnabled)
+        self.camera_edit = QLineEdit()
+        self.camera_edit.setPlaceholderText("Camera (make or model)")
+        self.camera_edit.setClearButtonEnabled(True)
+        self.camera_edit.setMaximumWidth(200)
+        self.camera_edit.returnPressed.connect(self.search)
+        self.top_spin = QSpinBox()
+        self.top_spin.setRange(1, 1_000_000)
+        self.top_spin.setValue(int(backend.settings().get("top_k") or 200))
+        self.top_spin.setPrefix("top ")
+        self.top_spin.setToolTip("How many results to show")
+        filters = QHBoxLayout()
+        filters.addWidget(QLabel("Folder"))
+        filters.addWidget(self.folder_box, 2)
+        filters.addSpacing(8)
+        filters.addWidget(self.after_check)
+        filters.addWidget(self.after_edit)
+        filters.addWidget(self.before_check)
+        filters.addWidget(self.before_edit)
+        filters.addSpacing(8)
+        filters.addWidget(self.camera_edit, 1)
+        filters.addWidget(self.top_spin)
+
+        # -- results --------------------------------------------------------------------------------
+        self.loader = ThumbnailLoader(backend.thumbnail, THUMBNAIL_PX, parent=self)
+        self.model = ResultsModel(self.loader, self)
+        self.grid = QListView()
+        self.grid.setObjectName("results-grid")
+        self.grid.setViewMode(QListView.ViewMode.IconMode)
+        self.grid.setResizeMode(QListView.ResizeMode.Adjust)
+        self.grid.setMovement(QListView.Movement.Static)
+        self.grid.setUniformItemSizes(True)
+        self.grid.setLayoutMode(QListView.LayoutMode.Batched)
+        self.grid.setBatchSize(2000)
+        self.grid.setSpacing(4)
+        self.grid.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.grid.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.grid.setMouseTracking(True)
+        self.delegate = ThumbnailDelegate(self.grid)
+        self.grid.setItemDelegate(self.delegate)
+        self.grid.setModel(self.model)
+        self.grid.doubleClicked.connect(lambda idx: self.open_index(idx))
+        self.grid.installEventFilter(_GridKeys(self))
+        self.grid.viewport().installEventFilter(self)
+        self.grid.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.grid.customContextMenuRequested.connect(self._context_menu)
+
+        self.welcome = self._make_welcome()
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.grid)
+        self.stack.addWidget(self.welcome)
+
+        self.status = QLabel("Type a description and press Ctrl+Enter.")
+        self.status.setObjectName("search-status")
+        self.status.setWordWrap(True)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 10, 10, 6)
+        lay.setSpacing(8)
+        lay.addLayout(top)
+        lay.addWidget(self.image_chip)
+        lay.addLayout(filters)
+        lay.addWidget(self.stack, 1)
+        lay.addWidget(self.status)
+
+        self._budget_timer = QTimer(self)
+        self._budget_timer.setSingleShot(True)
+        self._budget_timer.setInterval(250)
+        self._budget_timer.timeout.connect(self._update_budget)
+
+        find = QShortcut(QKeySequence("Ctrl+Shift+F"), self)
+        find.activated.connect(self.find_similar_current)
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if obj is self.grid.viewport() and event.type() == QEvent.Type.Resize:
+            self._spread_columns(event.size().width())
+        return super().eventFilter(obj, event)
+
+    def _spread_columns(self, width: int) -> None:
+        """Share the row's spare width between the tiles, so the grid fills the view evenly."""
+        tile = self.delegate.tile_size(self.grid.fontMetrics())
+        cols = max(1, width // (tile.width() + 2))
+        self.grid.setGridSize(QSize(max(tile.width(), width // cols - 1), tile.height() + 4))
+
+    def _make_welcome(self) -> QWidget:
+        w = QWidget()
+        w.setObjectName("welcome")
+        title = QLabel("<h2>Welcome to Longlens</h2>")
+        text = QLabel(
+            "Your catalog is empty. Add a folder of photos to index it on this computer "
+            "(nothing is uploaded, and your files are never changed), or try the demo collection first."
+        )
+        text.setWordWrap(True)
+        text.setMaximumWidth(560)
+        self.welcome_add = QPushButton("Add a photo folder…")
+        self.welcome_demo = QPushButton("Open the demo collection")
+        self.welcome_demo.setToolTip("48 generated pictures and a tiny model with random, untrained weights: "
+                                     "it shows every step working, but its rankings are meaningless.")
+        self.welcome_add.clicked.connect(self.add_folder_requested)
+        self.welcome_demo.clicked.connect(self.demo_requested)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(self.welcome_add)
+        row.addWidget(self.welcome_demo)
+        row.addStretch(1)
+        lay = QVBoxLayout(w)
+        lay.addStretch(1)
+        lay.addWidget(title, 0, Qt.AlignmentFlag.AlignHCenter)
+        lay.addWidget(text, 0, Qt.AlignmentFlag.AlignHCenter)
+        lay.addSpacing(12)
+        lay.addLayout(row)
+        lay.addStretch(2)
+        return w
+
+    # -- library-dependent bits -------------------------------------------------------------------
+    def set_libraries(self, infos: list) -> None:
+        current = self.folder_box.currentText()
+        self.folder_box.blockSignals(True)
+        self.folder_box.clear()
+        self.folder_box.addItem(ALL_FOLDERS)
+        for info in infos:
+            self.folder_box.addItem(info.root)
+        idx = self.folder_box.findText(current)
+        if idx >= 0:
+            self.folder_box.setCurrentIndex(idx)
+        else:
+            self.folder_box.setEditText(current)
+        self.folder_box.blockSignals(False)
+        self.show_welcome(not infos)
+
+    def show_welcome(self, on: bool) -> None:
+        self.stack.setCurrentWidget(self.welcome if on else self.grid)
+
+    # -- token budget -------------------------------------------------------------------------------
+    def _text_changed(self) -> None:
+        self.editor.mark_truncation(None)
+        self._budget_timer.start()
+
+    def _update_budget(self) -> None:
+        if self._budget_job is not None and self._budget_job.running:
+            self._budget_dirty = True
+            return
+        self._budget_dirty = False
+        self._budget_seq += 1
+        seq = self._budget_seq
+        text = self.editor.toPlainText()
+        self._budget_job = self.hub.call(
+            self.backend.token_budget, text, self.backend.settings().get("max_tokens"),
+            on_result=lambda b, s=seq, t=text: self._show_budget(b, s, t),
+            on_error=lambda _m: self.token_label.setText("– tokens (no model)"),
+            on_finished=self._budget_finished,
+        )
+
+    def _budget_finished(self) -> None:
+        if self._budget_dirty:
+            self._update_budget()
+
+    def _show_budget(self, b: Any, seq: int, text: str) -> None:
+        if seq != self._budget_seq or text != self.editor.toPlainText():
+            return
+        self.token_label.setText(f"{b.used} / {b.budget} tokens")
+        if b.truncated:
+            over = b.total - b.budget
+            self.token_label.setStyleSheet(f"color: {theme.warning_colour()}; font-weight: bold;")
+            self.trunc_label.setText(f"✂ {over} tokens over the budget: the shaded part is not read.")
+            self.trunc_label.setStyleSheet(f"color: {theme.warning_colour()};")
+            self.trunc_label.setVisible(True)
+            self.editor.mark_truncation(b.cut_at)
+        else:
+            self.token_label.setStyleSheet("")
+            self.trunc_label.setVisible(False)
+            self.editor.mark_truncation(None)
+
+    # -- running searches ------------------------------------------------------------------------------
+    def filters(self) -> dict[str, str | None]:
+        folder = self.folder_box.currentText().strip()
+        out: dict[str, str | None] = {"folder": None if folder in ("", ALL_FOLDERS) else folder}
+        out["after"] = self.after_edit.date().toString("yyyy-MM-dd") if self.after_check.isChecked() else None
+        # The "to" date is inclusive for people; the engine's `before` is exclusive.
+        out["before"] = (self.before_edit.date().addDays(1).toString("yyyy-MM-dd")
+                         if self.before_check.isChecked() else None)
+        out["camera"] = self.camera_edit.text().strip() or None
+        return out
+
+    def run_text_query(self, text: str) -> Job | None:
+        self.editor.setPlainText(text)
+        return self.search()
+
+    def search(self) -> Job | None:
+        if self.query.get("image"):
+            return self.search_image(self.query["image"])
+        text = self.editor.toPlainText()
+        if not text.strip():
+            self._set_status("Type a description first (or drop an image to find similar ones).", error=True)
+            return None
+        self.query = {"text": text, "image": None}
+        return self._run(self.backend.search_text, text, self.top_spin.value(), self.filters(),
+                         self.backend.settings().get("max_tokens"))
+
+    def search_image(self, path: str) -> Job | None:
+        if Path(path).suffix.lower() not in self.backend.image_suffixes():
+            messages.show_error(self, "Not an image", f"{path} is not a picture Longlens can read.")
+            return None
+        self.query = {"text": None, "image": path}
+        self.image_chip_label.setText(
+            f"Finding pictures similar to <b>{html.escape(display_text(os.path.basename(path)))}</b>")
+        self.image_chip.setVisible(True)
+        return self._run(self.backend.search_image, path, self.top_spin.value(), self.filters())
+
+    def clear_image_query(self) -> None:
+        self.query = {"text": self.editor.toPlainText() or None, "image": None}
+        self.image_chip.setVisible(False)
+
+    def _run(self, fn, *args) -> Job:
+        self._seq += 1
+        seq = self._seq
+        self._set_status("Searching…")
+        self.search_button.setEnabled(False)
+        job = self.hub.call(fn, *args, on_result=lambda r, s=seq: self._show_result(r, s),
+                            on_error=lambda m, s=seq: self._search_failed(m, s),
+                            on_finished=lambda: self.search_button.setEnabled(True))
+        self.search_job = job
+        return job
+
+    def _search_failed(self, message: str, seq: int) -> None:
+        if seq != self._seq:
+            return
+        self._set_status(message, error=True)
+        if self.query.get("image"):
+            messages.show_error(self, "Cannot search with this image", message)
+
+    def _show_result(self, result: Any, seq: int) -> None:
+        if seq != self._seq:
+            return
+        self.last_result = result
+        self.show_welcome(False)
+        self.model.set_hits(result.hits)
+        if result.hits:
+            self.grid.setCurrentIndex(self.model.index(0))
+            self.grid.scrollToTop()
+        parts = [f"{len(result.hits)} result{'s' if len(result.hits) != 1 else ''}"]
+        if result.tokens_total is not None:
+            parts.append(f"{result.tokens_used}/{result.tokens_total} tokens read"
+                         + (" (query truncated)" if result.truncated else ""))
+        ms = sum(result.timings_ms.values())
+        parts.append(f"{ms:.0f} ms")
+        parts.append(f"model {result.model_id}")
+        if not result.hits:
+            parts.insert(0, "No results: is a folder indexed with this model, and do the filters match?")
+        self._set_status(" · ".join(parts))
+        self.results_shown.emit(len(result.hits))
+
+    def _set_status(self, text: str, error: bool = False) -> None:
+        self.status.setText(text)
+        self.status.setStyleSheet(f"color: {theme.warning_colour()};" if error else "")
+
+    # -- results interaction ------------------------------------------------------------------------------
+    def current_hit(self) -> Any:
+        idx = self.grid.currentIndex()
+        return idx.data(HitRole) if idx.isValid() else None
+
+    def open_index(self, idx: QModelIndex) -> None:
+        if idx.isValid():
+            self.open_hit.emit(idx.data(HitRole), dict(self.query))
+
+    def open_current(self) -> None:
+        self.open_index(self.grid.currentIndex())
+
+    def quick_look(self) -> QuickLook | None:
+        hit = self.current_hit()
+        if hit is None:
+            return None
+        dlg = QuickLook(self.backend, self.hub, hit, self)
+        dlg.open()
+        return dlg
+
+    def find_similar_current(self) -> None:
+        hit = self.current_hit()
+        if hit is not None:
+            self.search_image(hit.path)
+
+    def _context_menu(self, pos) -> None:
+        idx = self.grid.indexAt(pos)
+        if not idx.isValid():
+            return
+        self.grid.setCurrentIndex(idx)
+        menu = QMenu(self)
+        open_action = QAction("Open in inspector", menu)
+        open_action.triggered.connect(lambda: self.open_index(idx))
+        similar = QAction("Find similar", menu)
+        similar.triggered.connect(self.find_similar_current)
+        look = QAction("Quick look", menu)
+        look.triggered.connect(self.quick_look)
+        menu.addActions([open_action, similar, look])
+        menu.popup(self.grid.viewport().mapToGlobal(pos))
+
+    # -- drops anywhere on the view -------------------------------------------------------------------------
+    def _dropped_image(self, mime) -> str | None:
+        if not mime.hasUrls():
+            return None
+        for u in mime.urls():
+            if u.isLocalFile():
+                return u.toLocalFile()
+        return None
+
+    def dragEnterEvent(self, event) -> None:
+        if self._dropped_image(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event) -> None:
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:
+        path = self._dropped_image(event.mimeData())
+        if path:
+            event.acceptProposedAction()
+            self.search_image(path)
+
+    def shutdown(self) -> None:
+        self._budget_timer.stop()
+        self.loader.shutdown()
+
+    def sizeHint(self) -> QSize:
+        return QSize(900, 700)
+

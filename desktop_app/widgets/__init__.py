@@ -1,0 +1,1 @@
+"""Reusable widgets: image canvas with overlays, thumbnail delegate, paragraph editor, progress."""

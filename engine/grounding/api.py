@@ -1,0 +1,58 @@
+"""The grounding interface the GUI displays: phrases of a query, their support, their region maps.
+
+This module only defines the shapes. The implementation (phrase chunking, per-phrase region
+maps from the model's patch features, support scores) is a separate piece of work; until it
+lands `engine.grounding.get_grounder` returns None and the GUI says grounding is not
+available for the model.
+
+Conventions an implementation must follow:
+
+* `Phrase.start`/`end` are character offsets into `Grounding.text`, the text as given
+  (not cleaned), so a view can highlight the phrase in place.
+* `PhraseMap.support` is in [0, 1]: how strongly the image supports the phrase.
+* `PhraseMap.heatmap` is float32 (h, w) in [0, 1] at patch resolution (e.g. 24x24 for
+  ViT-B/16 at 384 px), covering the whole upright image; the view scales it up.
+* `Grounding.sentences` are (start, end) character spans of the sentences of `text`;
+  `sentence_supports`, when not empty, has one support in [0, 1] per sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+
+@dataclass(frozen=True)
+class Phrase:
+    text: str
+    start: int
+    end: int
+    kind: str = "noun_phrase"  # e.g. noun_phrase, relation, attribute
+
+
+@dataclass
+class PhraseMap:
+    phrase: Phrase
+    support: float
+    heatmap: np.ndarray  # (h, w) float32 in [0, 1], patch resolution
+
+
+@dataclass
+class Grounding:
+    image_path: str
+    text: str
+    sentences: list[tuple[int, int]]
+    phrases: list[PhraseMap]
+    sentence_supports: list[float] = field(default_factory=list)
+
+
+@runtime_checkable
+class Grounder(Protocol):
+    def ground(self, image: Image.Image, text: str) -> Grounding:
+        """Split `text` into phrases and locate each in `image` (an upright RGB picture)."""
+        ...

@@ -1,0 +1,454 @@
+"""Review of captions by annotators: caption files in, verdicts in the catalog, exports out.
+
+A caption file lists (image, caption) pairs, as JSON Lines (`{"image": ..., "caption": ...}`
+per line) or CSV with a header row naming the `image` and `caption` columns. Relative image
+paths are taken relative to the caption file's folder. Bad lines (invalid JSON, a missing
+column, an image that does not exist, an empty caption) are reported with their line number
+and reason; the rest of the file is reviewed.
+
+A session is one caption file with one content: reopening the same unchanged file resumes
+where the annotator stopped; an edited file starts a new session (the old verdicts stay in
+the catalog). Every verdict is written at once in its own transaction.
+
+Verdicts apply to the whole item (sentence_index None) or to one sentence of the caption,
+numbered as `split_sentences` splits it; that split is part of the stored data, so it must
+stay stable.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import delete, func, insert, select, update
+
+from engine.catalog import Catalog
+from engine.catalog.schema import review_items, review_sessions, verdicts
+from engine.errors import LonglensError
+from engine.fileutil import atomic_write_text
+
+VERDICTS: tuple[str, ...] = ("faithful", "unfaithful", "unsure")
+JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson", ".json"})
+CSV_SUFFIXES = frozenset({".csv", ".tsv"})
+MAX_CAPTION_FILE_BYTES = 256 * 1024 * 1024
+
+
+class ReviewError(LonglensError):
+    """A caption file cannot be reviewed at all, or a review action is invalid."""
+
+
+# --------------------------------------------------------------------------- sentences
+
+# A sentence ends at . ! ? (possibly followed by closing quotes/brackets) and whitespace.
+_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s)")
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the sentences of `text`, whitespace trimmed.
+
+    Deliberately simple and stable: verdicts are stored by sentence index.
+    """
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for m in _SENTENCE_END.finditer(text):
+        spans.append((start, m.end()))
+        start = m.end()
+    spans.append((start, len(text)))
+    out = []
+    for s, e in spans:
+        while s < e and text[s].isspace():
+            s += 1
+        while e > s and text[e - 1].isspace():
+            e -= 1
+        if e > s:
+            out.append((s, e))
+    return out
+
+
+# --------------------------------------------------------------------------- caption files
+
+
+@dataclass(frozen=True)
+class CaptionLine:
+    line_no: int  # 1-based line of the file (for CSV: the line the record starts on)
+    image_path: str  # absolute
+    caption: str
+
+
+@dataclass(frozen=True)
+class CaptionProblem:
+    line_no: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line_no}: {self.reason}"
+
+
+@dataclass
+class CaptionFile:
+    path: Path
+    file_hash: str
+    items: list[CaptionLine] = field(default_factory=list)
+    problems: list[CaptionProblem] = field(default_factory=list)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise ReviewError(f"{path} does not exist") from None
+    except OSError as exc:
+        raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not path.is_file():
+        raise ReviewError(f"{path} is not a file")
+    if size > MAX_CAPTION_FILE_BYTES:
+        raise ReviewError(f"{path} is too large for a caption file ({size / 1e6:.0f} MB)")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _check(line_no: int, image: object, caption: object, base: Path) -> CaptionLine | CaptionProblem:
+    if not isinstance(image, str) or not image.strip():
+        return CaptionProblem(line_no, "no image path")
+    if not isinstance(caption, str):
+        return CaptionProblem(line_no, "the caption is not text")
+    if not caption.strip():
+        return CaptionProblem(line_no, "empty caption")
+    p = Path(image.strip()).expanduser()
+    if not p.is_absolute():
+        p = base / p
+    try:
+        exists = p.is_file()
+    except OSError:
+        exists = False
+    if not exists:
+        return CaptionProblem(line_no, f"image not found: {image.strip()}")
+    return CaptionLine(line_no, str(p.resolve()), caption.strip())
+
+
+def _parse_jsonl(data: bytes, base: Path, out: CaptionFile) -> None:
+    for i, raw in enumerate(data.split(b"\n"), start=1):
+        if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            out.problems.append(CaptionProblem(i, "not UTF-8 text"))
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError as exc:
+            out.problems.append(CaptionProblem(i, f"not valid JSON ({exc.msg})"))
+            continue
+        if not isinstance(obj, dict):
+            out.problems.append(CaptionProblem(i, "expected a JSON object with 'image' and 'caption'"))
+            continue
+        missing = [k for k in ("image", "caption") if k not in obj]
+        if missing:
+            out.problems.append(CaptionProblem(i, f"missing field {', '.join(repr(m) for m in missing)}"))
+            continue
+        r = _check(i, obj["image"], obj["caption"], base)
+        (out.items if isinstance(r, CaptionLine) else out.problems).append(r)
+
+
+def _parse_csv(data: bytes, base: Path, out: CaptionFile, delimiter: str) -> None:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ReviewError(f"{out.path} is not UTF-8 text (line {line})") from None
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise ReviewError(f"{out.path} is empty") from None
+    except csv.Error as exc:
+        raise ReviewError(f"{out.path} line 1: {exc}") from None
+    names = [h.strip().lower() for h in header]
+    missing = [c for c in ("image", "caption") if c not in names]
+    if missing:
+        raise ReviewError(
+            f"{out.path} line 1: the header has no {' or '.join(repr(m) for m in missing)} column "
+            f"(found: {', '.join(repr(h) for h in header) or 'nothing'})"
+        )
+    ci, cc = names.index("image"), names.index("caption")
+    while True:
+        line_no = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            out.problems.append(CaptionProblem(line_no, f"malformed CSV ({exc})"))
+            continue
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) <= max(ci, cc):
+            out.problems.append(CaptionProblem(line_no, f"expected {len(header)} columns, found {len(row)}"))
+            continue
+        r = _check(line_no, row[ci], row[cc], base)
+        (out.items if isinstance(r, CaptionLine) else out.problems).append(r)
+
+
+def load_caption_file(path: Path | str) -> CaptionFile:
+    """Parse a JSONL or CSV caption file; bad lines become `problems`, never exceptions.
+
+    Raises ReviewError only when the file as a whole is unusable (missing, unreadable,
+    unknown type, CSV without the needed columns).
+    """
+    path = Path(path).expanduser().resolve()
+    suffix = path.suffix.lower()
+    if suffix not in JSONL_SUFFIXES | CSV_SUFFIXES:
+        raise ReviewError(f"{path.name}: caption files must be .jsonl or .csv (image, caption)")
+    data = _read_bytes(path)
+    out = CaptionFile(path=path, file_hash=hashlib.sha256(data).hexdigest())
+    if suffix in JSONL_SUFFIXES:
+        _parse_jsonl(data, path.parent, out)
+    else:
+        _parse_csv(data, path.parent, out, "\t" if suffix == ".tsv" else ",")
+    return out
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str | None  # None: only a note so far
+    note: str = ""
+    updated_at: float = 0.0
+
+
+@dataclass
+class ReviewItem:
+    id: int
+    index: int  # 0-based position in the session
+    line_no: int
+    image_path: str
+    caption: str
+    sentences: list[tuple[int, int]]
+    verdict: Verdict | None = None  # on the whole item
+    sentence_verdicts: dict[int, Verdict] = field(default_factory=dict)
+
+    def sentence_text(self, i: int) -> str:
+        s, e = self.sentences[i]
+        return self.caption[s:e]
+
+
+@dataclass
+class ReviewSession:
+    id: int
+    caption_file: str
+    file_hash: str
+    position: int
+    item_ids: list[int]
+    problems: list[CaptionProblem] = field(default_factory=list)
+    resumed: bool = False
+
+    def __len__(self) -> int:
+        return len(self.item_ids)
+
+
+def open_session(catalog: Catalog, path: Path | str) -> ReviewSession:
+    """Load a caption file and resume its session (same file, same content) or create one."""
+    cf = load_caption_file(path)
+    if not cf.items:
+        detail = "; ".join(str(p) for p in cf.problems[:5])
+        raise ReviewError(f"{cf.path.name} has no usable items" + (f" ({detail})" if detail else ""))
+    now = time.time()
+    with catalog.write() as conn:
+        row = conn.execute(
+            select(review_sessions.c.id, review_sessions.c.position).where(
+                review_sessions.c.caption_file == str(cf.path), review_sessions.c.file_hash == cf.file_hash
+            )
+        ).first()
+        resumed = row is not None
+        if row is None:
+            sid = conn.execute(
+                insert(review_sessions).values(
+                    caption_file=str(cf.path), file_hash=cf.file_hash, position=0, created_at=now, updated_at=now
+                )
+            ).inserted_primary_key[0]
+            conn.execute(
+                insert(review_items),
+                [
+                    {"session_id": sid, "line_no": it.line_no, "image_path": it.image_path, "caption": it.caption}
+                    for it in cf.items
+                ],
+            )
+            position = 0
+        else:
+            sid, position = int(row[0]), int(row[1])
+        ids = [int(r[0]) for r in conn.execute(
+            select(review_items.c.id).where(review_items.c.session_id == sid).order_by(review_items.c.line_no)
+        )]
+    position = min(max(position, 0), len(ids) - 1)
+    return ReviewSession(int(sid), str(cf.path), cf.file_hash, position, ids, cf.problems, resumed)
+
+
+def _verdicts_for(conn, item_ids: Iterable[int]) -> dict[int, list]:
+    ids = list(item_ids)
+    out: dict[int, list] = {}
+    for start in range(0, len(ids), 900):
+        q = select(verdicts).where(verdicts.c.item_id.in_(ids[start : start + 900]))
+        for r in conn.execute(q):
+            out.setdefault(int(r.item_id), []).append(r)
+    return out
+
+
+def _to_item(row, index: int, vrows: list) -> ReviewItem:
+    item = ReviewItem(
+        id=int(row.id),
+        index=index,
+        line_no=int(row.line_no),
+        image_path=row.image_path,
+        caption=row.caption,
+        sentences=split_sentences(row.caption),
+    )
+    for v in vrows:
+        verdict = Verdict(v.verdict, v.note, float(v.updated_at))
+        if v.sentence_index is None:
+            item.verdict = verdict
+        else:
+            item.sentence_verdicts[int(v.sentence_index)] = verdict
+    return item
+
+
+def session_items(catalog: Catalog, session: ReviewSession) -> list[ReviewItem]:
+    """Every item of the session, in file order, with its verdicts."""
+    with catalog.read() as conn:
+        rows = conn.execute(
+            select(review_items).where(review_items.c.session_id == session.id).order_by(review_items.c.line_no)
+        ).all()
+        vs = _verdicts_for(conn, [r.id for r in rows])
+    return [_to_item(r, i, vs.get(int(r.id), [])) for i, r in enumerate(rows)]
+
+
+def get_item(catalog: Catalog, session: ReviewSession, index: int) -> ReviewItem:
+    if not 0 <= index < len(session.item_ids):
+        raise ReviewError(f"no item {index + 1} in this session of {len(session.item_ids)} items")
+    item_id = session.item_ids[index]
+    with catalog.read() as conn:
+        row = conn.execute(select(review_items).where(review_items.c.id == item_id)).first()
+        if row is None:
+            raise ReviewError("this review session was removed from the catalog")
+        vs = _verdicts_for(conn, [item_id])
+    return _to_item(row, index, vs.get(item_id, []))
+
+
+def set_verdict(
+    catalog: Catalog, item_id: int, sentence_index: int | None, verdict: str | None, note: str = ""
+) -> None:
+    """Record (or replace) the verdict on an item or one of its sentences, committed at once.
+
+    `verdict` None with an empty note clears it; None with a note keeps just the note.
+    """
+    if verdict is not None and verdict not in VERDICTS:
+        raise ReviewError(f"unknown verdict {verdict!r}; use one of {', '.join(VERDICTS)}")
+    note = note or ""
+    with catalog.write() as conn:
+        row = conn.execute(select(review_items.c.caption).where(review_items.c.id == item_id)).first()
+        if row is None:
+            raise ReviewError(f"no review item {item_id}")
+        if sentence_index is not None and not 0 <= sentence_index < len(split_sentences(row[0])):
+            raise ReviewError(f"item {item_id} has no sentence {sentence_index}")
+        target = verdicts.c.item_id == item_id
+        target = target & (
+            verdicts.c.sentence_index.is_(None) if sentence_index is None else verdicts.c.sentence_index == sentence_index
+        )
+        conn.execute(delete(verdicts).where(target))
+        if verdict is not None or note.strip():
+            conn.execute(
+                insert(verdicts).values(
+                    item_id=item_id, sentence_index=sentence_index, verdict=verdict, note=note, updated_at=time.time()
+                )
+            )
+
+
+def set_position(catalog: Catalog, session: ReviewSession, position: int) -> None:
+    position = min(max(int(position), 0), max(len(session.item_ids) - 1, 0))
+    with catalog.write() as conn:
+        conn.execute(
+            update(review_sessions)
+            .where(review_sessions.c.id == session.id)
+            .values(position=position, updated_at=time.time())
+        )
+    session.position = position
+
+
+def progress(catalog: Catalog, session: ReviewSession) -> tuple[int, int]:
+    """(items with a whole-item verdict, items in the session)."""
+    with catalog.read() as conn:
+        done = conn.execute(
+            select(func.count())
+            .select_from(verdicts.join(review_items, verdicts.c.item_id == review_items.c.id))
+            .where(
+                review_items.c.session_id == session.id,
+                verdicts.c.sentence_index.is_(None),
+                verdicts.c.verdict.is_not(None),
+            )
+        ).scalar()
+    return int(done or 0), len(session.item_ids)
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _v(v: Verdict | None) -> tuple[str | None, str]:
+    return (v.verdict, v.note) if v is not None else (None, "")
+
+
+def export_session(catalog: Catalog, session: ReviewSession, dest: Path | str, fmt: str | None = None) -> int:
+    """Write the session's items and verdicts as JSONL or CSV (by `fmt` or dest's suffix), atomically.
+
+    JSONL: one object per item with its verdict, note and a list of sentences with theirs.
+    CSV: one row per item (scope "item") followed by one row per sentence (scope "sentence").
+    Returns the number of items written.
+    """
+    dest = Path(dest).expanduser()
+    fmt = (fmt or dest.suffix.lstrip(".")).lower()
+    if fmt in ("jsonl", "ndjson", "json"):
+        fmt = "jsonl"
+    if fmt not in ("jsonl", "csv"):
+        raise ReviewError(f"export to .jsonl or .csv, not {dest.name!r}")
+    items = session_items(catalog, session)
+    if fmt == "jsonl":
+        lines = []
+        for it in items:
+            verdict, note = _v(it.verdict)
+            sentences = []
+            for i in range(len(it.sentences)):
+                sv, sn = _v(it.sentence_verdicts.get(i))
+                sentences.append({"index": i, "text": it.sentence_text(i), "verdict": sv, "note": sn})
+            lines.append(json.dumps({
+                "line": it.line_no, "image": it.image_path, "caption": it.caption,
+                "verdict": verdict, "note": note, "sentences": sentences,
+            }, ensure_ascii=False))
+        text = "\n".join(lines) + ("\n" if lines else "")
+    else:
+        buf = io.StringIO(newline="")
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["line", "image", "scope", "sentence_index", "text", "verdict", "note"])
+        for it in items:
+            verdict, note = _v(it.verdict)
+            w.writerow([it.line_no, it.image_path, "item", "", it.caption, verdict or "", note])
+            for i in range(len(it.sentences)):
+                sv, sn = _v(it.sentence_verdicts.get(i))
+                w.writerow([it.line_no, it.image_path, "sentence", i, it.sentence_text(i), sv or "", sn])
+        text = buf.getvalue()
+    try:
+        atomic_write_text(dest, text)
+    except OSError as exc:
+        raise ReviewError(f"cannot write {dest}: {exc.strerror or exc}") from None
+    return len(items)

@@ -1,0 +1,205 @@
+"""Screenshots of the real app in a real X window (under Xvfb), for docs/screenshots/.
+
+    .venv/bin/python scripts/screenshots.py            # starts its own Xvfb if there is no $DISPLAY
+
+Everything happens in a temporary LONGLENS_HOME: the demo model (a tiny BLIP with random,
+untrained weights, as `longlens demo` installs it) and the demo photos are set up, the photos
+are indexed through the library view, a paragraph search runs, a result is opened in the
+inspector and a caption file is reviewed. Needs Xvfb (`apt-get install xvfb`).
+
+Grounding is not implemented yet, so the real inspector shows no overlay. One extra picture
+(inspector-overlay-illustration.png) feeds the inspector the test suite's stand-in grounder
+to show what the overlay UI looks like; its phrases' maps mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SIZE = (1440, 900)
+
+
+def start_xvfb() -> subprocess.Popen | None:
+    if os.environ.get("DISPLAY") and os.environ.get("LONGLENS_SCREENSHOTS_USE_DISPLAY"):
+        return None
+    exe = shutil.which("Xvfb")
+    if exe is None:
+        sys.exit("Xvfb is needed: apt-get install xvfb")
+    for n in range(90, 140):
+        if not Path(f"/tmp/.X11-unix/X{n}").exists() and not Path(f"/tmp/.X{n}-lock").exists():
+            break
+    proc = subprocess.Popen([exe, f":{n}", "-screen", "0", f"{SIZE[0]}x{SIZE[1]}x24", "-nolisten", "tcp"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if Path(f"/tmp/.X11-unix/X{n}").exists():
+            break
+        time.sleep(0.05)
+    os.environ["DISPLAY"] = f":{n}"
+    os.environ["QT_QPA_PLATFORM"] = "xcb"
+    return proc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    args = ap.parse_args()
+    xvfb = start_xvfb()
+    home = Path(tempfile.mkdtemp(prefix="longlens-shots-"))
+    os.environ["LONGLENS_HOME"] = str(home)
+    try:
+        return run(args.out, home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        if xvfb is not None:
+            xvfb.terminate()
+            xvfb.wait(5)
+
+
+def run(out: Path, home: Path) -> int:
+    from PySide6.QtWidgets import QApplication
+
+    from desktop_app import theme
+    from desktop_app.app import ensure_app
+    from desktop_app.main_window import MainWindow
+    from desktop_app.views.results_model import ThumbnailStateRole
+    from desktop_app.workers import Backend, WorkerHub, resolve_paths
+    from engine.demo import DEMO_QUERY, ensure_demo_model, ensure_demo_photos
+    from tests.desktop_app.fakes import FakeGrounder
+
+    out.mkdir(parents=True, exist_ok=True)
+    app = ensure_app()
+    theme.apply_theme(app, "light")
+    paths = resolve_paths()
+    model = ensure_demo_model(paths)
+    photos = ensure_demo_photos(paths)
+    backend = Backend(paths, model=model)
+    hub = WorkerHub()
+    win = MainWindow(backend, hub)
+    win.resize(*SIZE)
+    win.move(0, 0)
+    win.show()
+
+    def pump(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.01)
+
+    def until(cond, timeout: float = 60.0, what: str = "") -> None:
+        end = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > end:
+                raise TimeoutError(what)
+            app.processEvents()
+            time.sleep(0.01)
+
+    def shot(name: str) -> None:
+        pump(0.4)
+        screen = QApplication.primaryScreen()
+        pix = screen.grabWindow(win.winId())  # the X server's pixels of the real window
+        path = out / name
+        pix.save(str(path))
+        print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+    pump(0.5)
+    done = []
+    win.queue.finished.connect(lambda *a: done.append(a))
+    win.library_view.add_folder(str(photos))
+    until(lambda: done, 120, "indexing")
+    until(lambda: bool(win.library_view.infos), 10, "library refresh")
+    win.library_view.list.setCurrentRow(0)
+
+    view = win.search_view
+    job = view.run_text_query(DEMO_QUERY)
+    until(lambda: not job.running, 60, "search")
+    pump(0.3)
+    view.grid.setFocus()
+    view.grid.setCurrentIndex(view.model.index(0))
+    visible = min(view.model.rowCount(), 15)
+    until(lambda: all(view.model.index(r).data(ThumbnailStateRole) != "loading" for r in range(visible)),
+          30, "thumbnails")
+    shot("search-results.png")
+
+    # Inspector, as it is today: no grounding for this model.
+    view.open_current()
+    insp = win.inspector_view
+    until(lambda: not insp.canvas.image().isNull(), 30, "inspector image")
+    until(lambda: insp.ground_job is None or not insp.ground_job.running, 30, "grounding")
+    pump(0.3)
+    shot("inspector.png")
+
+    # The overlay UI, fed by the tests' stand-in grounder (illustration only).
+    backend.grounder_factory = lambda embedder: FakeGrounder(grid=24)
+    win.tabs.setCurrentWidget(view)
+    view.open_current()
+    until(lambda: insp.grounding is not None and not insp.canvas.image().isNull(), 30, "fake grounding")
+    insp.select_phrase(1)
+    insp.opacity.setValue(65)
+    shot("inspector-overlay-illustration.png")
+    backend.grounder_factory = lambda embedder: None
+
+    # Review mode on a small caption file.
+    pics = sorted(p for p in photos.rglob("*.jpg"))[:6]
+    captions = [
+        "A green ellipse floats above a pale rectangle. Thin diagonal stripes cross the lower left corner.",
+        "Two bright circles sit on a gradient background. The left one is larger than the right one.",
+        "A dark triangle points to the upper right. Behind it, the sky fades from blue to orange.",
+        "Several parallel lines run across the picture. A small square hides near the top edge.",
+        "A large rectangle fills the middle of the frame. Its colour is close to the background.",
+        "An orange shape rests on the ground. A thin line connects it to the right border.",
+    ]
+    cap = home / "captions.jsonl"
+    cap.write_text("\n".join(json.dumps({"image": str(p), "caption": c}) for p, c in zip(pics, captions, strict=False))
+                   + "\n" + '{"image": "missing.jpg", "caption": "A line whose picture is missing."}\n',
+                   encoding="utf-8")
+    win.tabs.setCurrentWidget(win.review_view)
+    rv = win.review_view
+    j = rv.open_file(str(cap))
+    until(lambda: not j.running and rv.item is not None, 30, "review open")
+    rv.setFocus()
+
+    def at(index: int) -> None:
+        until(lambda: rv.item is not None and rv.item.index == index, 20, f"review item {index}")
+
+    # The same slots the keys 1/2/3, Space, Down and N call (tests drive the keys themselves).
+    rv.set_verdict("faithful")
+    rv.next_item()
+    at(1)
+    rv.set_verdict("unfaithful")
+    rv.next_item()
+    at(2)
+    rv.move_row(1)
+    rv.set_verdict("faithful")
+    rv.move_row(1)
+    rv.set_verdict("unsure")
+    rv.rows[2].note.setText("the sky is plain blue")
+    rv.rows[2]._note_done()
+    until(lambda: not rv.canvas.image().isNull(), 30, "review image")
+    until(lambda: hub.serial.activeThreadCount() == 0, 10, "verdicts saved")
+    pump(0.3)
+    shot("review.png")
+
+    # The dark palette (what a system set to dark mode gets).
+    theme.apply_theme(app, "dark")
+    win.update_model_banner()
+    win.tabs.setCurrentWidget(view)
+    view.grid.setFocus()
+    shot("search-results-dark.png")
+
+    win.close()
+    backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Review mode: caption files, verdict shortcuts, persistence in the catalog, resume, export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtWidgets import QMessageBox
+
+from desktop_app.dialogs import messages
+from desktop_app.views.review_view import ReviewView
+from tests.desktop_app.conftest import settle
+from tests.desktop_app.fakes import FakeGrounder
+
+
+def _write_captions(folder: Path, photos: Path) -> Path:
+    imgs = sorted(p for p in photos.rglob("*.jpg"))[:3]
+    lines = [
+        json.dumps({"image": str(imgs[0]), "caption": "A red ball on the grass. A bench stands behind it."}),
+        "{not json",
+        json.dumps({"image": str(imgs[1]), "caption": "Two white clouds, and a tall tree."}),
+        json.dumps({"image": "missing.jpg", "caption": "Nothing here."}),
+        json.dumps({"image": str(imgs[2]), "caption": "   "}),
+        json.dumps({"image": str(imgs[2]), "caption": "A yellow kite rests against a stone wall."}),
+    ]
+    f = folder / "captions.jsonl"
+    f.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return f
+
+
+@pytest.fixture
+def review(qtbot, window):
+    view = window.review_view
+    window.tabs.setCurrentWidget(view)
+    return view
+
+
+def _wait_item(qtbot, view, index: int) -> None:
+    qtbot.waitUntil(lambda: view.item is not None and view.item.index == index, timeout=10000)
+
+
+def _drain(qtbot, view) -> None:
+    settle(qtbot, view.last_job)
+    qtbot.waitUntil(lambda: view.hub.serial.activeThreadCount() == 0, timeout=10000)
+    for _ in range(3):
+        qtbot.wait(10)
+
+
+def test_review_flow_with_verdicts_saved_at_once(qtbot, window, review, photos, tmp_path):
+    cap = _write_captions(tmp_path, photos)
+    settle(qtbot, review.open_file(str(cap)))
+    _wait_item(qtbot, review, 0)
+    # Bad lines are reported with line numbers; the rest is reviewable.
+    assert "3 line(s) of captions.jsonl skipped" in review.problems_label.text()
+    problems = review.problems_text()
+    assert "line 2: not valid JSON" in problems
+    assert "line 4: image not found: missing.jpg" in problems
+    assert "line 5: empty caption" in problems
+    assert "Item 1 of 3 · line 1" == review.position_label.text()
+    assert len(review.rows) == 3  # whole item + two sentences
+    review.setFocus()
+
+    # 1 = faithful on the whole item, saved to the catalog right away.
+    qtbot.keyClick(review, Qt.Key.Key_1)
+    _drain(qtbot, review)
+    item = review.backend.review_item(review.session, 0)
+    assert item.verdict.verdict == "faithful"
+    assert review.progress.value() == 1
+    # Down to the first sentence, 2 = unfaithful, and a note.
+    qtbot.keyClick(review, Qt.Key.Key_Down)
+    assert review.current_row == 1
+    qtbot.keyClick(review, Qt.Key.Key_2)
+    qtbot.keyClick(review, Qt.Key.Key_N)
+    note = review.rows[1].note
+    assert note.hasFocus()
+    qtbot.keyClicks(note, "ball is blue 1 2 3")  # digits typed into the note are text, not verdicts
+    qtbot.keyClick(note, Qt.Key.Key_Return)
+    _drain(qtbot, review)
+    item = review.backend.review_item(review.session, 0)
+    assert item.sentence_verdicts[0].verdict == "unfaithful"
+    assert item.sentence_verdicts[0].note == "ball is blue 1 2 3"
+    assert item.verdict.verdict == "faithful"
+
+    # Space: next item; 3 = unsure; Backspace: back, with the saved state shown.
+    review.setFocus()
+    qtbot.keyClick(review, Qt.Key.Key_Space)
+    _wait_item(qtbot, review, 1)
+    qtbot.keyClick(review, Qt.Key.Key_3)
+    _drain(qtbot, review)
+    qtbot.keyClick(review, Qt.Key.Key_Backspace)
+    _wait_item(qtbot, review, 0)
+    assert review.rows[0].verdict() == "faithful"
+    assert review.rows[1].verdict() == "unfaithful" and review.rows[1].note.text() == "ball is blue 1 2 3"
+    # Pressing the same verdict again clears it.
+    qtbot.keyClick(review, Qt.Key.Key_1)
+    _drain(qtbot, review)
+    assert review.backend.review_item(review.session, 0).verdict is None
+    qtbot.keyClick(review, Qt.Key.Key_1)
+    qtbot.keyClick(review, Qt.Key.Key_Space)
+    _wait_item(qtbot, review, 1)
+    _drain(qtbot, review)
+    assert review.progress.value() == 2
+
+    # Export both formats.
+    out_jsonl = tmp_path / "out" / "verdicts.jsonl"
+    settle(qtbot, review.export(str(out_jsonl)))
+    rows = [json.loads(x) for x in out_jsonl.read_text(encoding="utf-8").splitlines()]
+    assert [r["line"] for r in rows] == [1, 3, 6]
+    assert rows[0]["verdict"] == "faithful" and rows[0]["sentences"][0]["verdict"] == "unfaithful"
+    assert rows[1]["verdict"] == "unsure" and rows[2]["verdict"] is None
+    out_csv = tmp_path / "out" / "verdicts.csv"
+    settle(qtbot, review.export(str(out_csv)))
+    with open(out_csv, newline="", encoding="utf-8") as fh:
+        table = list(csv.DictReader(fh))
+    assert table[0]["scope"] == "item" and table[0]["verdict"] == "faithful"
+    assert table[1]["scope"] == "sentence" and table[1]["note"] == "ball is blue 1 2 3"
+
+
+def test_review_resumes_where_the_annotator_stopped(qtbot, window, review, photos, tmp_path, backend, hub):
+    cap = _write_captions(tmp_path, photos)
+    settle(qtbot, review.open_file(str(cap)))
+    _wait_item(qtbot, review, 0)
+    review.setFocus()
+    qtbot.keyClick(review, Qt.Key.Key_2)
+    qtbot.keyClick(review, Qt.Key.Key_Space)
+    _wait_item(qtbot, review, 1)
+    qtbot.keyClick(review, Qt.Key.Key_Space)
+    _wait_item(qtbot, review, 2)
+    _drain(qtbot, review)
+    # A fresh view (as after a restart) on the same file resumes at item 3, verdicts intact.
+    again = ReviewView(backend, hub)
+    qtbot.addWidget(again)
+    settle(qtbot, again.open_file(str(cap)))
+    _wait_item(qtbot, again, 2)
+    assert "resumed" in again.file_label.text()
+    qtbot.waitUntil(lambda: again.progress.value() == 1)
+    assert backend.review_item(again.session, 0).verdict.verdict == "unfaithful"
+
+
+@pytest.mark.parametrize("content,name,expected", [
+    ("image,text\na.jpg,hello\n", "bad.csv", "no 'caption' column"),
+    ("", "empty.jsonl", "no usable items"),
+    ("hello", "notes.txt", "must be .jsonl or .csv"),
+])
+def test_unusable_caption_files_show_an_error(qtbot, window, review, tmp_path, content, name, expected):
+    f = tmp_path / name
+    f.write_text(content, encoding="utf-8")
+    settle(qtbot, review.open_file(str(f)))
+    boxes = window.findChildren(QMessageBox, messages.ERROR_OBJECT_NAME)
+    assert boxes and expected in boxes[0].text()
+    assert review.session is None and not review.export_button.isEnabled()
+
+
+def test_missing_caption_file_shows_an_error(qtbot, window, review, tmp_path):
+    settle(qtbot, review.open_file(str(tmp_path / "nope.jsonl")))
+    boxes = window.findChildren(QMessageBox, messages.ERROR_OBJECT_NAME)
+    assert boxes and "does not exist" in boxes[0].text()
+
+
+def test_support_tints_and_region_maps_on_hover(qtbot, window, review, photos, tmp_path):
+    window.backend.grounder_factory = lambda embedder: FakeGrounder()
+    cap = _write_captions(tmp_path, photos)
+    settle(qtbot, review.open_file(str(cap)))
+    _wait_item(qtbot, review, 0)
+    qtbot.waitUntil(lambda: review.grounding is not None, timeout=10000)
+    html = review.caption.toHtml()
+    assert "phrase:0" in html and "background-color" in html
+    assert review.rows[1].styleSheet() and "background-color" in review.rows[1].styleSheet()
+    assert not review.canvas.has_overlay()
+    qtbot.waitUntil(lambda: not review.canvas.image().isNull(), timeout=10000)
+    review._hover_link(QUrl("phrase:1"))  # what QTextBrowser.highlighted sends on hover
+    assert review.canvas.has_overlay()
+    review.set_current_row(2)  # the second sentence: its phrases' regions
+    assert review.canvas.has_overlay()
+    review.set_current_row(0)
+    assert not review.canvas.has_overlay()
+
+
+def test_f_toggles_full_screen(qtbot, window, review, photos, tmp_path):
+    cap = _write_captions(tmp_path, photos)
+    settle(qtbot, review.open_file(str(cap)))
+    _wait_item(qtbot, review, 0)
+    review.setFocus()
+    qtbot.keyClick(review, Qt.Key.Key_F)
+    qtbot.waitUntil(lambda: window.isFullScreen())
+    qtbot.keyClick(review, Qt.Key.Key_F)
+    qtbot.waitUntil(lambda: not window.isFullScreen())
