@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint stress bench clean
+.PHONY: venv demo test lint stress bench demo-model sceneworld-report clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,14 @@ stress: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m engine.bench.ann --out docs/benchmarks.md
 	$(BIN)/python -m engine.bench.indexing --out docs/benchmarks.md
+
+# Retrain the bundled demo model (about 30 min on 2 CPU cores) and re-measure it.
+demo-model: $(STAMP)
+	$(BIN)/python -m engine.training.sceneworld_mini --out resources/models/sceneworld-mini --seed 0
+	$(BIN)/python -m engine.evaluation.sceneworld_report --out docs/sceneworld.md
+
+sceneworld-report: $(STAMP)
+	$(BIN)/python -m engine.evaluation.sceneworld_report --out docs/sceneworld.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -467,12 +467,9 @@ class Backend:
 
     @staticmethod
     def model_notice(name: str | None) -> str | None:
-        from engine.demo import DEMO_MODEL
+        from engine.demo import model_notice
 
-        if name == DEMO_MODEL:
-            return ("random, untrained weights: the whole pipeline runs, but rankings and scores "
-                    "are meaningless")
-        return None
+        return model_notice(name)
 
     def embedder(self):
         s = self.settings()
@@ -673,19 +670,17 @@ class Backend:
     # -- demo -----------------------------------------------------------------
     def demo_setup(self) -> str:
         """Install the demo model and photos; make the demo model the default if none works."""
-        from engine.demo import ensure_demo_model, ensure_demo_photos
+        from engine.demo import demo_setup
 
-        model = ensure_demo_model(self.paths)
-        photos = ensure_demo_photos(self.paths)
+        model, photos, self._demo_query = demo_setup(self.paths)
         if self.model_state().name is None:
             self.save_settings({"default_model": model})
         return str(photos)
 
-    @staticmethod
-    def demo_query() -> str:
+    def demo_query(self) -> str:
         from engine.demo import DEMO_QUERY
 
-        return DEMO_QUERY
+        return getattr(self, "_demo_query", DEMO_QUERY)
 
 
 def resolve_paths(home: str | None = None):

@@ -278,8 +278,8 @@ class SearchView(QWidget):
         text.setMaximumWidth(560)
         self.welcome_add = QPushButton("Add a photo folder…")
         self.welcome_demo = QPushButton("Open the demo collection")
-        self.welcome_demo.setToolTip("48 generated pictures and a tiny model with random, untrained weights: "
-                                     "it shows every step working, but its rankings are meaningless.")
+        self.welcome_demo.setToolTip("300 generated SceneWorld pictures searched with the bundled sceneworld-mini "
+                                     "model (it understands SceneWorld pictures only; real photos need BLIP).")
         self.welcome_add.clicked.connect(self.add_folder_requested)
         self.welcome_demo.clicked.connect(self.demo_requested)
         row = QHBoxLayout()

@@ -36,6 +36,9 @@ from engine.types import (
 )
 
 HASH_CHUNK = 1 << 20
+# A cancel must take effect within about a second (reliability checklist 23), so model calls are
+# split into chunks expected to take at most this long.
+CANCEL_LATENCY_S = 0.4
 
 
 def content_hash(path: Path) -> str:
@@ -104,6 +107,7 @@ class Indexer:
         self.embedder = embedder
         self.batch_size = batch_size
         self.decode_workers = decode_workers
+        self._s_per_image: float | None = None
 
     # -- the job ------------------------------------------------------------
     def run(self, root: Path | str, cancel: CancelToken | None = None) -> Iterator[Progress]:
@@ -207,6 +211,12 @@ class Indexer:
                 batch = [f.result() for f in pending[: self.batch_size]]
                 del pending[: self.batch_size]
                 refill()
+                if not self._embed(batch, cancel):
+                    # Cancelled mid-batch: nothing of this batch is committed; a re-run redoes it.
+                    for f in pending:
+                        f.cancel()
+                    summary.cancelled = True
+                    break
                 self._commit_batch(batch, lib.id, index, movable, claimed, summary)
                 done += len(batch)
                 yield meter.progress("index", done, f"{done}/{len(candidates)} files")
@@ -225,6 +235,31 @@ class Indexer:
         yield Progress("done", done, len(candidates), msg, extra={"summary": summary})
 
     # -- steps --------------------------------------------------------------
+    def _embed(self, batch: list[_Prepared], cancel: CancelToken) -> bool:
+        """Run the model on the batch in chunks sized to take about CANCEL_LATENCY_S each, checking
+        the cancel token between chunks; False when cancelled (the batch is then dropped whole)."""
+        to_embed = [p for p in batch if p.needs_model]
+        start = 0
+        while start < len(to_embed):
+            if cancel.cancelled:
+                return False
+            n = self._chunk_size()
+            chunk = to_embed[start : start + n]
+            t = time.perf_counter()
+            vecs = self.embedder.encode_pixels(np.stack([p.pixels for p in chunk]))
+            per_image = (time.perf_counter() - t) / len(chunk)
+            # Exponential average of seconds per image drives the next chunk size.
+            self._s_per_image = per_image if self._s_per_image is None else 0.7 * self._s_per_image + 0.3 * per_image
+            for p, v in zip(chunk, vecs, strict=True):
+                p.vector = v
+            start += n
+        return True
+
+    def _chunk_size(self) -> int:
+        if self._s_per_image is None:
+            return 1  # first call: measure on one image before committing to a larger chunk
+        return max(1, min(self.batch_size, int(CANCEL_LATENCY_S / max(self._s_per_image, 1e-6))))
+
     def _prepare(
         self, c: _Candidate, size: int, movable: dict[str, ImageRecord], known_hashes: set[str]
     ) -> _Prepared:
@@ -262,12 +297,7 @@ class Indexer:
         writes: list[ImageWrite] = []
         vectors: list[np.ndarray | None] = []
         touches: list[tuple[int, int, int]] = []
-        to_embed = [p for p in batch if p.needs_model]
-        if to_embed:
-            vecs = self.embedder.encode_pixels(np.stack([p.pixels for p in to_embed]))
-            for p, v in zip(to_embed, vecs, strict=True):
-                p.vector = v
-            summary.embedded += len(to_embed)
+        summary.embedded += sum(1 for p in batch if p.needs_model)
         removed_from_index: list[int] = []
         for p in batch:
             e, prev = p.candidate.entry, p.candidate.previous

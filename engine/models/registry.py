@@ -192,7 +192,7 @@ _register(
         revision=None,
         files={},
         dim=256,
-        image_size=80,
+        image_size=64,
         default_text_tokens=128,
         license="Apache-2.0 (trained by the Longlens project on generated data)",
         notes="Bundled in resources/models/sceneworld-mini/ (python -m engine.training.sceneworld_mini).",

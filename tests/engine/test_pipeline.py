@@ -101,3 +101,48 @@ def test_hnsw_mode_search_matches_exact(services, tmp_path):
     approx = Searcher(services.catalog, hnsw_store, emb).search_text("a red square above a blue circle", top_k=10)
     assert [h.path for h in approx.hits] == [h.path for h in exact.hits]
     np.testing.assert_allclose([h.score for h in approx.hits], [h.score for h in exact.hits], atol=1e-5)
+
+
+class _SlowEmbedder:
+    """The real model, made slow (50 ms per image) so a batch of 32 takes ~1.6 s."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def encode_pixels(self, pixels):
+        import time
+
+        time.sleep(0.05 * len(pixels))
+        return self._inner.encode_pixels(pixels)
+
+
+def test_cancel_takes_effect_within_a_second_even_mid_batch(services, tmp_path):
+    import threading
+    import time
+
+    photos = tmp_path / "p"
+    make_sample_folder(photos, n=40, seed=8, size=(64, 48))
+    emb = _SlowEmbedder(services.embedder(MODEL))
+    token = CancelToken()
+    job = services.indexer(emb, batch_size=32).run(photos, cancel=token)
+    cancelled_at = []
+
+    def cancel_soon():
+        time.sleep(0.6)  # inside the first batch's model work
+        cancelled_at.append(time.monotonic())
+        token.cancel()
+
+    t = threading.Thread(target=cancel_soon)
+    t.start()
+    reports = list(job)
+    finished = time.monotonic()
+    t.join()
+    s = reports[-1].extra["summary"]
+    assert s.cancelled
+    assert finished - cancelled_at[0] < 1.0
+    # The interrupted batch was dropped whole: nothing half-committed.
+    lib = services.catalog.libraries()[0]
+    assert len(services.catalog.embedded_ids(lib.id, MODEL)) in (0, 32)
