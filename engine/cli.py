@@ -189,10 +189,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     if args.image is None and args.query is None:
         raise QueryError("give a paragraph to search for, or --image PATH")
+    flt = _filter(args)  # cheap checks first: a typo in a date should not wait for a model to load
     with _services(args) as svc:
         embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
         searcher = svc.searcher(embedder)
-        flt = _filter(args)
         if args.image is not None:
             result = searcher.search_image(args.image, top_k=args.top, flt=flt)
         else:
@@ -230,29 +230,6 @@ def cmd_libraries(args: argparse.Namespace) -> int:
             for r in rows:
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(r["counts"].items())) or "empty"
                 print(f"{r['id']:3}  {r['status']:8} {r['root']}  ({counts})")
-    return 0
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from engine.models.registry import load_embedder
-
-    paths = _paths(args).ensure()
-    if args.benchmark != "sceneworld":
-        raise LonglensError(f"unknown benchmark {args.benchmark!r}")
-    from engine.evaluation.sceneworld import evaluate
-
-    embedder = load_embedder(args.model, paths, device=args.device, text_tower_dir=args.text_tower)
-    try:
-        result = evaluate(embedder, args.split, args.seed, args.n, max_tokens=args.max_tokens)
-    except ValueError as exc:
-        raise LonglensError(str(exc)) from None
-    if args.json:
-        _print_json(result)
-    else:
-        print(f"SceneWorld {result['split']} split, seed {result['seed']}, {result['n_images']} images, "
-              f"model {result['model']} ({result['max_tokens']} tokens)")
-        for d in ("i2t", "t2i"):
-            print(f"  {d}: " + "  ".join(f"{k} {v:.3f}" for k, v in result[d].items()))
     return 0
 
 
@@ -294,6 +271,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from engine.demo import run_demo
 
     return run_demo(_paths(args), no_gui=args.no_gui, out=sys.stdout)
+
+
+# Feature areas register their own subcommands (each module has `register(subparsers)` and imports
+# its heavy dependencies lazily), so the areas evolve without editing this file.
+COMMAND_MODULES: tuple[str, ...] = ("engine.training.cli", "engine.evaluation.cli")
+
+
+def _register_extra_commands(sub) -> None:
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -350,22 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(func=cmd_libraries)
 
-    se = sub.add_parser("eval", help="measure retrieval Recall@K on a benchmark")
-    se.add_argument("benchmark", choices=["sceneworld"])
-    se.add_argument("--split", choices=["short", "long"], default="long")
-    se.add_argument("--seed", type=int, default=1000, help="scene seed (≥ 1000: never used in training)")
-    se.add_argument("--n", type=int, default=1000, help="number of test scenes")
-    se.add_argument("--model", default="sceneworld-mini")
-    se.add_argument("--text-tower", type=Path)
-    se.add_argument("--max-tokens", type=int)
-    se.add_argument("--device", default="auto")
-    se.add_argument("--json", action="store_true")
-    se.set_defaults(func=cmd_eval)
-
     sg = sub.add_parser("gui", help="open the desktop app")
     sg.add_argument("--model", help="model to search with (default: the settings' model)")
     sg.add_argument("--query", help="run this search when the window opens")
     sg.set_defaults(func=cmd_gui)
+
+    _register_extra_commands(sub)
 
     sd = sub.add_parser("demo", help="index a generated sample collection and run a sample query")
     sd.add_argument("--no-gui", action="store_true")

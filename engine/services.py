@@ -63,7 +63,12 @@ class Services:
             )
         from engine.models.registry import list_models
 
-        installed = [m.name for m in list_models(self.paths) if m.installed]
+        models = [m for m in list_models(self.paths) if m.installed]
+        # A model the user installed wins over the bundled demo model, which is always present.
+        own = [m.name for m in models if not m.bundled]
+        if len(own) == 1:
+            return own[0]
+        installed = [m.name for m in models]
         if len(installed) == 1:
             return installed[0]
         if not installed:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.cli import main as cli_main
 from tests.e2e.conftest import TINY_MODEL
 
@@ -80,9 +82,12 @@ def test_bad_date_filter_is_explained(home, cli):
     assert rc == 2 and "--after expects a date" in err
 
 
-def test_demo_runs_offline_and_says_untrained(tmp_path, monkeypatch, capsys):
+def test_demo_without_sceneworld_model_says_untrained(tmp_path, monkeypatch, capsys):
+    import engine.demo
+
     monkeypatch.setenv("LONGLENS_HOME", str(tmp_path / "h"))
     monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.setattr(engine.demo, "sceneworld_model_available", lambda paths: False)
     assert cli_main(["demo", "--no-gui"]) == 0
     out = capsys.readouterr().out
     assert "RANDOM, UNTRAINED" in out
@@ -92,3 +97,38 @@ def test_demo_runs_offline_and_says_untrained(tmp_path, monkeypatch, capsys):
     # A second run finds everything unchanged.
     assert cli_main(["demo", "--no-gui"]) == 0
     assert "0 new, 48 unchanged" in capsys.readouterr().out
+
+
+def test_demo_with_sceneworld_mini_finds_the_described_scene(tmp_path, monkeypatch, capsys):
+    import engine.demo
+
+    if not engine.demo.sceneworld_model_available(engine.config.get_paths(tmp_path / "h")):
+        pytest.skip("sceneworld-mini is not shipped in this checkout")
+    monkeypatch.setenv("LONGLENS_HOME", str(tmp_path / "h"))
+    monkeypatch.delenv("DISPLAY", raising=False)
+    assert cli_main(["demo", "--no-gui"]) == 0
+    out = capsys.readouterr().out
+    assert "understands SceneWorld pictures only" in out
+    assert f"indexed: {engine.demo.SCENEWORLD_DEMO_SIZE} new" in out
+    ranked = [line for line in out.splitlines() if line.strip()[:2].strip().isdigit()]
+    assert len(ranked) == 5
+    # The query is the paragraph of one scene of the collection: the model must rank it in the top 5.
+    assert any("<- the described scene" in line for line in ranked)
+
+
+def test_eval_sceneworld_json(tmp_path, monkeypatch, cli):
+    import engine.demo
+
+    if not engine.demo.sceneworld_model_available(engine.config.get_paths(tmp_path / "h")):
+        pytest.skip("sceneworld-mini is not shipped in this checkout")
+    monkeypatch.setenv("LONGLENS_HOME", str(tmp_path / "h"))
+    got = cli.json("eval", "sceneworld", "--split", "long", "--seed", "1234", "--n", "40")
+    assert {"benchmark", "split", "seed", "n_images", "i2t", "t2i"} <= set(got)
+    assert (got["benchmark"], got["split"], got["seed"], got["n_images"]) == ("sceneworld", "long", 1234, 40)
+    for d in ("i2t", "t2i"):
+        assert set(got[d]) == {"R@1", "R@5", "R@10"}
+        assert all(0.0 <= v <= 1.0 for v in got[d].values())
+        assert got[d]["R@1"] <= got[d]["R@5"] <= got[d]["R@10"]
+    # Training seeds are refused for evaluation.
+    rc, _, err = cli("eval", "sceneworld", "--seed", "0", "--n", "10")
+    assert rc == 2 and "1000" in err
