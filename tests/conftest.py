@@ -16,3 +16,15 @@ def blip_tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from engine.models.blip_checkpoints import save_random_blip_checkpoint
 
     return save_random_blip_checkpoint(tmp_path_factory.mktemp("blip") / "blip-tiny", size="tiny", seed=0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    """Tests use tiny models: with several intra-op threads on a 2-core machine that also runs
+    decode threads, thread hand-offs dominate (measured up to ~100x slower). One thread is fast."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -572,6 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="Markdown file whose ann section is written/updated")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and grid, for tests (seconds)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--section", default="ann", help="name of the Markdown section to write")
     args = parser.parse_args(argv)
 
     quick = args.quick
@@ -596,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     section = render_markdown(result)
     if args.out:
-        update_section(args.out, "ann", section)
+        update_section(args.out, args.section, section)
         log(f"wrote the ann section of {args.out}")
     if args.json:
         print(json.dumps(result, indent=2))

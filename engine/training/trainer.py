@@ -8,6 +8,7 @@ s from rng([seed, s]), so a run resumed from a checkpoint takes exactly the same
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -180,7 +181,17 @@ class Trainer:
             "optimizer": optimizer.state_dict(),
             "history": self.history,
             "config": self.cfg.name,
+            # RNG states, so that anything random in a step (dropout) continues identically.
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
+        if not self.cfg.train_vision:
+            tower = d / "text_tower"
+            if step < self.total_steps:
+                # A usable text-tower override (safetensors) of the run so far, next to the state.
+                self.adapter.save(tower, self.cfg, text_only=True, extra={"steps": step})
+            elif tower.exists():
+                shutil.rmtree(tower)  # the finished tower is in out_dir itself
         tmp = d / "state.pt.tmp"
         torch.save(state, tmp)
         tmp.replace(d / "state.pt")
@@ -197,6 +208,10 @@ class Trainer:
                 p.copy_(saved)
         optimizer.load_state_dict(state["optimizer"])
         self.history = list(state["history"])
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
         return int(state["step"])
 
     # -- the job ------------------------------------------------------------------
@@ -285,7 +300,7 @@ class Trainer:
         if cfg.loss == "infonce":
             loss = info_nce(img, emb[:n_pos], scale)
         elif cfg.loss == "multipos":
-            loss = multi_positive_info_nce(img, emb[:n_pos], torch.tensor(owner), scale)
+            loss = multi_positive_info_nce(img, emb[:n_pos], torch.tensor(owner, device=img.device), scale)
         else:
             loss = hard_negative_info_nce(img, emb[:n_pos], emb[n_pos:].reshape(len(idx), cfg.hard_negatives, -1),
                                           scale)

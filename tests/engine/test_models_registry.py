@@ -147,11 +147,17 @@ def test_missing_model_message_says_how_to_get_it(paths: Paths) -> None:
         verify_model("blip-itm-base-coco", paths)
 
 
-def test_demo_model_placeholder_is_not_installed(paths: Paths) -> None:
-    with pytest.raises(ModelNotInstalledError, match="sceneworld-mini"):
-        load_embedder("sceneworld-mini", paths)
+def test_bundled_demo_model_loads_and_cannot_be_pulled(paths: Paths, monkeypatch) -> None:
+    from engine.models import registry
+
+    emb = load_embedder("sceneworld-mini", paths)
+    assert emb.model_id == "sceneworld-mini"
     with pytest.raises(ModelError, match="bundled"):
         next(pull_model("sceneworld-mini", paths))
+    # A build that does not ship the weights says so instead of failing obscurely.
+    monkeypatch.setattr(registry, "bundled_model_dir", lambda name: paths.data / "nowhere")
+    with pytest.raises(ModelNotInstalledError, match="sceneworld-mini"):
+        load_embedder("sceneworld-mini", paths)
 
 
 @pytest.mark.parametrize("bad", ["../evil", "a/b", ".hidden", "", "x" * 101, "name."])

@@ -1,0 +1,219 @@
+"""`longlens train` subcommands (registered by engine/cli.py's COMMAND_MODULES).
+
+    longlens train --config C5 --data FILE --base MODEL --out DIR [--epochs N --lr X ...]
+    longlens train cache --data FILE --base MODEL [--out CACHE_DIR]
+    longlens train validate FILE [--config C5] [--strict]
+
+"train" takes its own options and an optional nested command, so all three forms parse with
+one parser. torch and transformers load inside the command functions only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.errors import LonglensError
+
+
+def _grad_accum(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a positive integer or 'auto'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("expected a positive integer or 'auto'")
+    return n
+
+
+def register(sub: Any) -> None:
+    tp = sub.add_parser(
+        "train",
+        help="train a paragraph text tower (also: train cache, train validate)",
+        description="Train the text tower of MODEL on a training JSONL with configuration C1..C10 "
+        "(vision frozen). Subcommands: `train cache` precomputes image embeddings, `train validate` "
+        "checks a data file. See docs/training.md.",
+    )
+    tp.add_argument("--config", help="C1..C10, pretrain, or a JSON config file")
+    tp.add_argument("--data", type=Path, help="training JSONL (docs/training.md, 'Data format')")
+    tp.add_argument("--base", help="installed model name or model folder to start from")
+    tp.add_argument("--out", type=Path, help="output folder (text-tower override + checkpoints)")
+    tp.add_argument("--epochs", type=int)
+    tp.add_argument("--lr", type=float)
+    tp.add_argument("--batch-size", type=int)
+    tp.add_argument("--grad-accum", type=_grad_accum, default="auto",
+                    help="micro-batches per batch (gradient caching: same result as one batch); "
+                    "'auto' (default) starts at the config's value and doubles on a GPU out-of-memory error")
+    tp.add_argument("--seed", type=int)
+    tp.add_argument("--warmup-steps", type=int)
+    tp.add_argument("--temperature", type=float)
+    tp.add_argument("--init-text-tower", type=Path, help="start from this text-tower override instead of the base's")
+    tp.add_argument("--cache", type=Path, help="embedding cache folder (default: under the Longlens cache)")
+    tp.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints (0: only at the end)")
+    tp.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    tp.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    tp.add_argument("--strict", action="store_true", help="abort on the first bad data line instead of skipping it")
+    tp.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    tp.add_argument("--quiet", action="store_true", help="no progress bar")
+    tp.set_defaults(func=cmd_train)
+    tsub = tp.add_subparsers(dest="train_cmd", metavar="{cache,validate}")
+
+    tc = tsub.add_parser("cache", help="compute the frozen image embeddings of a data file (resumable)")
+    tc.add_argument("--data", type=Path, required=True)
+    tc.add_argument("--base", required=True, help="installed model name or model folder")
+    tc.add_argument("--out", type=Path, help="cache folder (default: the one `longlens train` uses)")
+    tc.add_argument("--device", default="auto")
+    tc.add_argument("--batch-size", type=int, default=64)
+    tc.add_argument("--workers", type=int, default=4, help="decoding threads")
+    tc.add_argument("--strict", action="store_true")
+    tc.add_argument("--json", action="store_true")
+    tc.add_argument("--quiet", action="store_true")
+    tc.set_defaults(func=cmd_train_cache)
+
+    tv = tsub.add_parser("validate", help="check a training JSONL; lists problems by line number")
+    tv.add_argument("file", type=Path)
+    tv.add_argument("--config", help="also check what this configuration needs (e.g. C5 needs paragraphs)")
+    tv.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+    tv.add_argument("--no-image-check", action="store_true", help="do not check that image files exist")
+    tv.add_argument("--limit", type=int, default=50, help="problems to print (default 50)")
+    tv.add_argument("--json", action="store_true")
+    tv.set_defaults(func=cmd_train_validate)
+
+
+def _drive(make_job: Any, quiet: bool) -> Any:
+    """Run make_job(cancel_token) with progress on stderr: one bar per stage; the training bar
+    shows loss, lr, steps/s and ETA. Ctrl+C asks the job to stop; it checkpoints and ends cleanly."""
+    from tqdm import tqdm
+
+    from engine.jobs import CancelToken
+
+    token = CancelToken()
+    job = make_job(token)
+    bars: dict[str, Any] = {}
+    last = None
+
+    def consume() -> None:
+        nonlocal last
+        for last in job:
+            if last.stage == "validate" and last.message and not quiet and last.extra.get("problems"):
+                print(f"data problems ({last.extra['problems']}, {last.extra['skipped']} lines skipped):\n"
+                      f"{last.message}", file=sys.stderr)
+            if quiet or last.stage == "done" or last.total is None:
+                continue
+            bar = bars.get(last.stage)
+            if bar is None:
+                for b in bars.values():
+                    b.close()
+                unit = "step" if last.stage == "train" else "img"
+                bar = bars[last.stage] = tqdm(total=last.total, desc=last.stage, unit=unit, file=sys.stderr,
+                                              dynamic_ncols=True)
+            if "loss" in last.extra:
+                bar.set_postfix_str(f"loss {last.extra['loss']:.4f} lr {last.extra['lr']:.2e}", refresh=False)
+            bar.update(max(last.done - bar.n, 0))
+
+    import signal
+    import threading
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        # A KeyboardInterrupt raised inside the job's generator would end it without a checkpoint;
+        # the first Ctrl+C only asks it to stop, a second one interrupts for real.
+        token.cancel()
+        print("\nstopping after the current step (Ctrl+C again to abort) ...", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
+    try:
+        consume()
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        for b in bars.values():
+            b.close()
+    return last
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from engine.cli import _paths, _print_json
+    from engine.training.configs import load_config
+    from engine.training.run import TrainRequest, train_job
+
+    missing = [f"--{n}" for n in ("config", "data", "base", "out") if getattr(args, n) is None]
+    if missing:
+        raise LonglensError(f"`longlens train` needs {', '.join(missing)} "
+                            "(or use `longlens train cache` / `longlens train validate`)")
+    fixed_accum = args.grad_accum if isinstance(args.grad_accum, int) else None
+    cfg = load_config(args.config, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                      grad_accum=fixed_accum, seed=args.seed, warmup_steps=args.warmup_steps,
+                      temperature=args.temperature)
+    paths = _paths(args).ensure()
+    req = TrainRequest(data=args.data, base=args.base, out_dir=args.out, config=cfg, cache_dir=args.cache,
+                       device=args.device, resume=args.resume, strict=args.strict,
+                       checkpoint_every=args.checkpoint_every, init_text_tower=args.init_text_tower,
+                       auto_grad_accum=fixed_accum is None)
+    last = _drive(lambda tok: train_job(req, paths, tok), quiet=args.quiet or args.json)
+    extra = dict(last.extra) if last is not None else {}
+    if args.json:
+        _print_json(extra)
+    elif last is not None:
+        print(last.message)
+        if extra.get("final_loss") is not None:
+            print(f"steps {extra.get('steps')}  final loss {extra['final_loss']:.4f}  "
+                  f"examples {extra.get('examples')}  skipped lines {extra.get('skipped_lines')}")
+    return 130 if extra.get("cancelled") else 0
+
+
+def cmd_train_cache(args: argparse.Namespace) -> int:
+    from engine.cli import _paths, _print_json
+    from engine.training.bases import load_embedder_for, resolve_base
+    from engine.training.cache import build_cache
+    from engine.training.data import format_problems, read_training_jsonl
+    from engine.training.run import default_cache_dir
+
+    paths = _paths(args).ensure()
+    data = read_training_jsonl(args.data, strict=args.strict)
+    if data.errors and not args.json:
+        print(f"skipping {len(data.skipped_lines)} bad lines:\n{format_problems(data, limit=10, severity='error')}",
+              file=sys.stderr)
+    base = resolve_base(args.base, paths)
+    embedder = load_embedder_for(base, paths, device=args.device)
+    cache_dir = args.out or default_cache_dir(paths, base)
+    images = [r.image for r in data.records]
+    last = _drive(lambda tok: build_cache(embedder, images, cache_dir, batch_size=args.batch_size,
+                                          workers=args.workers, cancel=tok), quiet=args.quiet or args.json)
+    extra = dict(last.extra) if last is not None else {}
+    if args.json:
+        _print_json(extra)
+    else:
+        print(f"cache {extra.get('cache')}: {extra.get('added', 0)} embedded, {extra.get('reused', 0)} already "
+              f"cached, {len(extra.get('failed', []))} failed, {extra.get('count', 0)} in total")
+        for f in extra.get("failed", [])[:20]:
+            print(f"  failed: {f['path']}: {f['reason']}")
+    return 130 if extra.get("cancelled") else 0
+
+
+def cmd_train_validate(args: argparse.Namespace) -> int:
+    from engine.cli import _print_json
+    from engine.training.configs import load_config
+    from engine.training.data import read_training_jsonl
+
+    cfg = load_config(args.config) if args.config else None
+    data = read_training_jsonl(args.file, cfg, check_images=not args.no_image_check)
+    failing = data.problems if args.strict else data.errors
+    if args.json:
+        _print_json({**data.summary(), "skipped_lines": data.skipped_lines,
+                     "problems": [{"line": p.line, "field": p.field, "reason": p.reason, "severity": p.severity}
+                                  for p in data.problems]})
+    else:
+        for p in data.problems[: args.limit]:
+            print(p.format(data.path))
+        if len(data.problems) > args.limit:
+            print(f"... and {len(data.problems) - args.limit} more (--limit)")
+        s = data.summary()
+        print(f"{s['file']}: {s['lines']} lines, {s['valid']} usable, {s['skipped']} would be skipped, "
+              f"{s['errors']} errors, {s['warnings']} warnings")
+    return 1 if failing else 0

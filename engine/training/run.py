@@ -1,0 +1,179 @@
+"""`longlens train` as an engine job: validate the data, fill the frozen-vision embedding cache,
+train, and write the text tower. The CLI and any other front end drive the same generator.
+
+Output folder:
+    text_tower.safetensors + text_tower.json   the override (BlipEmbedder / SceneWorldMiniEmbedder
+                                               text_tower_dir=...), written at the end
+    checkpoint/state.pt, checkpoint/text_tower  resume state and the tower so far
+    run.json                                    what was trained on what (checked on --resume)
+    history.jsonl                               loss and lr of every step
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import ConfigError, LonglensError
+from engine.jobs import CancelToken, Progress
+
+if TYPE_CHECKING:
+    from engine.config import Paths
+    from engine.training.bases import BaseModel
+    from engine.training.configs import TrainConfig
+
+RUN_FILE = "run.json"
+HISTORY_FILE = "history.jsonl"
+
+
+@dataclass
+class TrainRequest:
+    data: Path
+    base: str  # installed model name or model folder
+    out_dir: Path
+    config: TrainConfig
+    cache_dir: Path | None = None  # None: default_cache_dir(paths, base)
+    device: str = "auto"
+    resume: bool = False
+    strict: bool = False
+    checkpoint_every: int = 500
+    init_text_tower: Path | None = None
+    auto_grad_accum: bool = False  # on a CUDA out-of-memory error at the first step, double grad_accum
+    cache_batch_size: int = 64
+
+
+def default_cache_dir(paths: Paths, base: BaseModel) -> Path:
+    """<cache>/train-embeddings/<name>; a folder base also gets a hash of its path, so two
+    folders that happen to share a name do not share (and then refuse) one cache."""
+    if base.installed:
+        return paths.cache / "train-embeddings" / base.name
+    digest = hashlib.sha256(str(base.folder).encode("utf-8")).hexdigest()[:8]
+    return paths.cache / "train-embeddings" / f"{base.name}-{digest}"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fingerprint(req: TrainRequest, base_name: str) -> dict[str, Any]:
+    return {
+        "config": req.config.to_dict(),
+        "data": str(req.data.resolve()),
+        "data_sha256": _file_sha256(req.data),
+        "base": base_name,
+        "init_text_tower": str(req.init_text_tower) if req.init_text_tower else None,
+    }
+
+
+def _check_resume(out_dir: Path, fp: dict[str, Any]) -> None:
+    path = out_dir / RUN_FILE
+    if not path.is_file():
+        return
+    old = json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {})
+    diffs = [k for k in ("config", "data_sha256", "base", "init_text_tower") if old.get(k) != fp.get(k)]
+    if diffs:
+        raise ConfigError(f"--resume: {out_dir} holds a run with a different {', '.join(diffs)}; "
+                          "use a new --out folder or drop --resume")
+
+
+def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None) -> Iterator[Progress]:
+    """Validate → cache image embeddings → train → save. Yields Progress; the final report
+    (stage "done") carries the run summary in extra."""
+    import numpy as np
+    import torch
+
+    from engine.fileutil import atomic_write_text
+    from engine.training.bases import load_embedder_for, make_adapter, resolve_base
+    from engine.training.cache import build_cache, lookup
+    from engine.training.data import format_problems, read_training_jsonl
+    from engine.training.trainer import Trainer
+
+    cancel = cancel or CancelToken()
+    cfg = req.config
+    out_dir = Path(req.out_dir)
+    if not req.resume and (out_dir / "checkpoint" / "state.pt").exists():
+        raise ConfigError(f"{out_dir} already holds a training run; pass --resume to continue it or "
+                          "choose another --out folder")
+    base = resolve_base(req.base, paths)
+
+    yield Progress("validate", 0, None, f"reading {req.data}")
+    data = read_training_jsonl(req.data, cfg, strict=req.strict)
+    if data.problems:
+        yield Progress("validate", data.n_lines, data.n_lines, format_problems(data, limit=10),
+                       extra={"problems": len(data.problems), "skipped": len(data.skipped_lines)})
+    if len(data.records) < cfg.batch_size:
+        raise ConfigError(f"{len(data.records)} usable lines in {req.data} are fewer than one batch of "
+                          f"{cfg.batch_size}; lower --batch-size")
+    fp = _fingerprint(req, base.name)
+    if req.resume:
+        _check_resume(out_dir, fp)
+
+    # Frozen vision: every image is embedded once (and kept across runs) by content hash.
+    cache_dir = req.cache_dir or default_cache_dir(paths, base)
+    images = [r.image for r in data.records]
+    embedder = load_embedder_for(base, paths, device=req.device)
+    cache_report: dict[str, Any] = {}
+    for p in build_cache(embedder, images, cache_dir, batch_size=req.cache_batch_size, cancel=cancel):
+        if p.stage == "done":
+            cache_report = p.extra
+            if p.extra.get("cancelled"):
+                yield Progress("done", 0, None, "cancelled while caching image embeddings",
+                               extra={"cancelled": True})
+                return
+        else:
+            yield p
+    del embedder
+    vectors, keep = lookup(cache_dir, images)
+    dropped = len(images) - len(keep)
+    examples = [data.records[i].to_example() for i in keep]
+    if len(examples) < cfg.batch_size:
+        raise LonglensError(f"only {len(examples)} images could be embedded; fewer than one batch")
+
+    adapter = make_adapter(base, device=req.device, init_text_tower=req.init_text_tower)
+    device = getattr(adapter, "device", "cpu")
+    emb = torch.from_numpy(np.ascontiguousarray(vectors)).to(device)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_info: dict[str, Any] = {"fingerprint": fp, "base_folder": str(base.folder), "cache": str(cache_dir),
+                                "examples": len(examples), "lines": data.n_lines,
+                                "skipped_lines": len(data.skipped_lines), "images_not_embedded": dropped,
+                                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    atomic_write_text(out_dir / RUN_FILE, json.dumps(run_info, indent=2) + "\n")
+
+    while True:
+        trainer = Trainer(adapter, cfg, examples, image_embeddings=emb, out_dir=out_dir,
+                          checkpoint_every=req.checkpoint_every, resume=req.resume)
+        try:
+            last = None
+            for p in trainer.run(cancel):
+                if p.stage == "done":
+                    last = p  # replaced by this job's own final report below
+                else:
+                    yield p
+            break
+        except torch.cuda.OutOfMemoryError:
+            # Only before the first step: nothing has been updated yet, so restarting with smaller
+            # micro-batches (gradient caching gives the same result) is safe.
+            if not req.auto_grad_accum or trainer.history or cfg.grad_accum * 2 > cfg.batch_size // 2:
+                raise
+            torch.cuda.empty_cache()
+            cfg = cfg.with_overrides(grad_accum=cfg.grad_accum * 2)
+            yield Progress("train", 0, None, f"out of GPU memory: retrying with grad_accum {cfg.grad_accum}")
+    cancelled = bool(last is not None and last.extra.get("cancelled"))
+    atomic_write_text(out_dir / HISTORY_FILE, "".join(json.dumps(h) + "\n" for h in trainer.history))
+    run_info.update(finished=None if cancelled else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    steps=trainer.history[-1]["step"] if trainer.history else 0,
+                    final_loss=trainer.history[-1]["loss"] if trainer.history else None,
+                    grad_accum=cfg.grad_accum, cache_added=cache_report.get("added"))
+    atomic_write_text(out_dir / RUN_FILE, json.dumps(run_info, indent=2) + "\n")
+    yield Progress("done", run_info["steps"], trainer.total_steps,
+                   "cancelled; resume with --resume" if cancelled else f"text tower written to {out_dir}",
+                   extra={**run_info, "cancelled": cancelled, "out_dir": str(out_dir)})
