@@ -89,8 +89,19 @@ def sceneworld_demo_query() -> tuple[str, str]:
     return scene.paragraph.text, image_name(SCENEWORLD_DEMO_SEED, SCENEWORLD_QUERY_INDEX, "jpeg")
 
 
-def run_sceneworld_demo(paths: Paths, *, no_gui: bool, out: TextIO) -> int:
+def _index_demo(svc, model: str, photos: Path, out: TextIO):
+    """Index the demo folder under a progress bar and print the summary; returns the embedder."""
     from engine.cli import drive
+
+    embedder = svc.embedder(model)
+    last = drive(svc.indexer(embedder).run(photos), quiet=False)
+    s = last.extra["summary"]
+    print(f"indexed: {s.new} new, {s.unchanged} unchanged, {len(s.unreadable)} unreadable "
+          f"({s.elapsed_s:.1f}s)", file=out)
+    return embedder
+
+
+def run_sceneworld_demo(paths: Paths, *, no_gui: bool, out: TextIO) -> int:
     from engine.services import Services
 
     photos = ensure_sceneworld_photos(paths)
@@ -98,11 +109,7 @@ def run_sceneworld_demo(paths: Paths, *, no_gui: bool, out: TextIO) -> int:
     print(SCENEWORLD_BANNER, file=out)
     print(f"\nSceneWorld demo collection: {photos}", file=out)
     with Services(paths) as svc:
-        embedder = svc.embedder(SCENEWORLD_MODEL)
-        last = drive(svc.indexer(embedder).run(photos), quiet=False)
-        s = last.extra["summary"]
-        print(f"indexed: {s.new} new, {s.unchanged} unchanged, {len(s.unreadable)} unreadable "
-              f"({s.elapsed_s:.1f}s)", file=out)
+        embedder = _index_demo(svc, SCENEWORLD_MODEL, photos, out)
         if no_gui or not display_available():
             result = svc.searcher(embedder).search_text(query, top_k=5)
             print(f"\nquery ({result.tokens_used}/{result.tokens_total} tokens), the description of {target}:\n"
@@ -145,7 +152,6 @@ def display_available() -> bool:
 
 
 def run_demo(paths: Paths, *, no_gui: bool = True, out: TextIO) -> int:
-    from engine.cli import drive
     from engine.services import Services
 
     paths.ensure()
@@ -156,11 +162,7 @@ def run_demo(paths: Paths, *, no_gui: bool = True, out: TextIO) -> int:
     print(UNTRAINED_BANNER, file=out)
     print(f"\nsample collection: {photos}", file=out)
     with Services(paths) as svc:
-        embedder = svc.embedder(model)
-        last = drive(svc.indexer(embedder).run(photos), quiet=False)
-        s = last.extra["summary"]
-        print(f"indexed: {s.new} new, {s.unchanged} unchanged, {len(s.unreadable)} unreadable "
-              f"({s.elapsed_s:.1f}s)", file=out)
+        embedder = _index_demo(svc, model, photos, out)
         gui = not no_gui and display_available()
         if not gui:
             result = svc.searcher(embedder).search_text(DEMO_QUERY, top_k=5)

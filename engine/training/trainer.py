@@ -130,15 +130,20 @@ class Trainer:
     def _batch_order(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.cfg.seed, epoch]).permutation(len(self.examples))
 
-    def _loss(self, img: torch.Tensor, idx: np.ndarray, step: int) -> torch.Tensor:
-        cfg = self.cfg
-        rng = np.random.default_rng([cfg.seed, 1_000_003, step])
+    def _step_texts(self, idx: np.ndarray, step: int) -> tuple[list[tuple[str, int]], list[int]]:
+        """The (text, token budget) pairs of a step's images, and which batch image owns each."""
+        rng = np.random.default_rng([self.cfg.seed, 1_000_003, step])
         texts: list[tuple[str, int]] = []
         owner: list[int] = []
         for b, i in enumerate(idx):
-            pairs = texts_for(self.examples[i], cfg, rng)
+            pairs = texts_for(self.examples[i], self.cfg, rng)
             texts.extend(pairs)
             owner.extend([b] * len(pairs))
+        return texts, owner
+
+    def _loss(self, img: torch.Tensor, idx: np.ndarray, step: int) -> torch.Tensor:
+        cfg = self.cfg
+        texts, owner = self._step_texts(idx, step)
         txt = self._encode_grouped(texts)
         scale = self.adapter.logit_scale(cfg)
         if cfg.loss == "infonce":
@@ -281,13 +286,7 @@ class Trainer:
         img = self._images(idx, grad=False)
         # Text side: re-run _loss per micro-batch of images would change negatives, so we cache
         # text embeddings instead.
-        rng = np.random.default_rng([cfg.seed, 1_000_003, step])
-        texts: list[tuple[str, int]] = []
-        owner: list[int] = []
-        for b, i in enumerate(idx):
-            pairs = texts_for(self.examples[i], cfg, rng)
-            texts.extend(pairs)
-            owner.extend([b] * len(pairs))
+        texts, owner = self._step_texts(idx, step)
         if cfg.loss == "hardneg":
             m = cfg.hard_negatives
             texts += [(t, cfg.inputs[0].tokens) for i in idx for t in self.examples[i].negatives[:m]]
