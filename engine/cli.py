@@ -197,13 +197,17 @@ def cmd_search(args: argparse.Namespace) -> int:
             result = searcher.search_image(args.image, top_k=args.top, flt=flt)
         else:
             text = sys.stdin.read() if args.query == "-" else args.query
-            result = searcher.search_text(text, top_k=args.top, flt=flt, max_tokens=args.max_tokens)
+            result = searcher.search_text(text, top_k=args.top, flt=flt, max_tokens=args.max_tokens,
+                                          rerank=args.rerank, rerank_k=args.rerank_k)
+        for note in result.notes:
+            print(f"note: {note}", file=sys.stderr)
         if args.json:
             _print_json({
                 "model": result.model_id,
                 "tokens_used": result.tokens_used,
                 "tokens_total": result.tokens_total,
                 "truncated": result.truncated,
+                "reranked": result.reranked,
                 "timings_ms": result.timings_ms,
                 "results": [h.to_json() for h in result.hits],
             })
@@ -214,7 +218,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         if not result.hits:
             print("no results (is the folder indexed with this model? try `longlens index DIR`)")
         for h in result.hits:
-            print(f"{h.rank:4}  {h.score:8.4f}  {h.path}")
+            rr = h.extra.get("rerank_score")
+            both = f"  itm {rr:6.4f} (ann #{h.extra['ann_rank']})" if rr is not None else ""
+            print(f"{h.rank:4}  {h.score:8.4f}{both}  {h.path}")
         return 0
 
 
@@ -275,7 +281,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # Feature areas register their own subcommands (each module has `register(subparsers)` and imports
 # its heavy dependencies lazily), so the areas evolve without editing this file.
-COMMAND_MODULES: tuple[str, ...] = ("engine.training.cli", "engine.evaluation.cli")
+COMMAND_MODULES: tuple[str, ...] = ("engine.training.cli", "engine.evaluation.cli", "engine.grounding.cli")
 
 
 def _register_extra_commands(sub) -> None:
@@ -333,6 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder")
     ss.add_argument("--max-tokens", type=int, help="token budget for the query (default: the model's)")
     ss.add_argument("--device", default="auto")
+    ss.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=False,
+                    help="re-score the top --rerank-k candidates with BLIP's ITM head and order by it "
+                         "(default: off, ANN order; see docs/grounding.md)")
+    ss.add_argument("--rerank-k", type=int, default=32, help="candidates to re-rank (default 32)")
     ss.set_defaults(func=cmd_search)
 
     sl = sub.add_parser("libraries", help="list indexed folders and their status")

@@ -82,3 +82,7 @@ class SearchResult:
     truncated: bool = False
     model_id: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
+    #: How many of the top hits were re-scored by re-ranking (0: ANN order only).
+    reranked: int = 0
+    #: Things the user should know about this search (e.g. why re-ranking was not done).
+    notes: list[str] = field(default_factory=list)

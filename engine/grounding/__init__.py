@@ -1,17 +1,63 @@
 """Grounding: which parts of a query an image supports, and where (interface + factory).
 
-`get_grounder(embedder)` returns None until a grounding implementation exists for the
-embedder's model; callers treat None as "grounding not available for this model".
+`get_grounder(embedder)` returns the grounder for the embedder's model (sceneworld-mini:
+patch-similarity maps; BLIP: ITM Grad-CAM maps and ITM supports), or None for a model
+without one; callers treat None as "grounding not available for this model".
+Heavy modules (torch) load only when a grounder is built.
 """
 
 from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
 
 from engine.grounding.api import Grounder, Grounding, Phrase, PhraseMap
 from engine.models.base import Embedder
 
 __all__ = ["Grounder", "Grounding", "Phrase", "PhraseMap", "get_grounder"]
 
+_cache: weakref.WeakKeyDictionary[Any, dict[tuple, Grounder]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
 
-def get_grounder(embedder: Embedder) -> Grounder | None:
-    """The grounder for `embedder`'s model, or None when none is available (for now: always)."""
-    return None
+
+def get_grounder(embedder: Embedder, *, calibrated: bool = True, method: str | None = None,
+                 **options: Any) -> Grounder | None:
+    """The grounder for `embedder`'s model, or None when none is available.
+
+    calibrated=False ignores stored calibrations (used when fitting them); `method` picks a
+    map method ("patch" or "gradcam"; default: the backend's best measured one).
+    Grounders are cached per embedder, so repeated GUI requests reuse loaded statistics.
+    """
+    key = (calibrated, method, tuple(sorted(options.items())))
+    try:
+        with _lock:
+            hit = _cache.get(embedder, {}).get(key)
+    except TypeError:  # not weak-referenceable: no caching
+        hit = None
+    if hit is not None:
+        return hit
+    grounder = _build(embedder, calibrated=calibrated, method=method, **options)
+    if grounder is not None:
+        try:
+            with _lock:
+                _cache.setdefault(embedder, {})[key] = grounder
+        except TypeError:
+            pass
+    return grounder
+
+
+def _build(embedder: Any, *, calibrated: bool, method: str | None, **options: Any) -> Grounder | None:
+    cls_name = type(embedder).__name__
+    if cls_name not in ("SceneWorldMiniEmbedder", "BlipEmbedder"):
+        return None
+    from engine.grounding.calibration import load_calibration
+
+    cal = load_calibration(embedder) if calibrated else None
+    if cls_name == "SceneWorldMiniEmbedder":
+        from engine.grounding.mini import MiniGrounder
+
+        return MiniGrounder(embedder, cal, method=method or "patch", **options)
+    from engine.grounding.blip import BlipGrounder
+
+    return BlipGrounder(embedder, cal, method=method or "gradcam", **options)

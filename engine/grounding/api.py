@@ -1,9 +1,8 @@
 """The grounding interface the GUI displays: phrases of a query, their support, their region maps.
 
-This module only defines the shapes. The implementation (phrase chunking, per-phrase region
-maps from the model's patch features, support scores) is a separate piece of work; until it
-lands `engine.grounding.get_grounder` returns None and the GUI says grounding is not
-available for the model.
+This module only defines the shapes. The implementations live next to it: phrase chunking
+(`chunking.py`), per-phrase region maps and support scores (`mini.py` for sceneworld-mini,
+`blip.py` for BLIP); `engine.grounding.get_grounder` picks one for an embedder.
 
 Conventions an implementation must follow:
 
@@ -33,6 +32,15 @@ class Phrase:
     start: int
     end: int
     kind: str = "noun_phrase"  # e.g. noun_phrase, relation, attribute
+    #: The claim a model checks for this phrase when it is not the span itself: a relation's
+    #: "<subject> <relation words> <object>". Empty: the span text.
+    query: str = ""
+    #: For a relation: indices (into the same phrase list) of its subject and object phrases.
+    args: tuple[int, ...] = ()
+
+    @property
+    def claim(self) -> str:
+        return self.query or self.text
 
 
 @dataclass
@@ -40,6 +48,10 @@ class PhraseMap:
     phrase: Phrase
     support: float
     heatmap: np.ndarray  # (h, w) float32 in [0, 1], patch resolution
+    #: The uncalibrated score behind `support` (similarity or ITM logit difference).
+    score: float = float("nan")
+    #: Index into Grounding.sentences of the sentence holding the phrase (-1: unknown).
+    sentence: int = -1
 
 
 @dataclass
@@ -49,6 +61,11 @@ class Grounding:
     sentences: list[tuple[int, int]]
     phrases: list[PhraseMap]
     sentence_supports: list[float] = field(default_factory=list)
+    #: Which model and which map method produced this (e.g. "patch-similarity", "gradcam-l6").
+    model_id: str = ""
+    method: str = ""
+    #: Whether sentence_supports/supports are calibrated (0.5 = undecided on SceneWorld validation).
+    calibrated: bool = False
 
 
 @runtime_checkable

@@ -340,6 +340,7 @@ class SceneWorldMiniEmbedder:
         from engine.models.blip import resolve_device
 
         self.device = resolve_device(device)
+        self.model_dir = Path(model_dir)  # grounding keys its calibration on these weights
         self.model = load_model(model_dir, self.device)
         self.cfg = self.model.cfg
         self.tokenizer = build_tokenizer()

@@ -16,6 +16,7 @@ from engine.models.base import Embedder
 from engine.types import SearchHit, SearchResult
 
 DEFAULT_TOP_K = 20
+DEFAULT_RERANK_K = 32  # candidates re-scored by ITM (engine.grounding.rerank)
 
 
 def clean_query(text: str) -> str:
@@ -54,19 +55,60 @@ class Searcher:
         top_k: int = DEFAULT_TOP_K,
         flt: ImageFilter | None = None,
         max_tokens: int | None = None,
+        rerank: bool | None = False,
+        rerank_k: int = DEFAULT_RERANK_K,
     ) -> SearchResult:
+        """ANN search, then optionally re-ranking of the top `rerank_k` candidates.
+
+        rerank: False (default for library callers such as the GUI, whose order and scores stay
+        the ANN ones), None ("auto": wherever the model supports it, i.e. BLIP's ITM head; the
+        CLI's default) or True (requested; when unsupported, `result.notes` says why). Each
+        re-ranked hit keeps its ANN cosine in `score` and gets `rerank_score` and `ann_rank`
+        in extra."""
+        from engine.grounding.rerank import rerank_support
+
         t0 = time.perf_counter()
         query = clean_query(text)
         budget = min(max_tokens or self.embedder.default_text_tokens, self.embedder.max_text_tokens)
         total = self.embedder.token_count(query)
         vec = self.embedder.encode_texts([query], max_tokens=budget)[0]
         t1 = time.perf_counter()
-        result = self.search_vector(vec, top_k, flt)
+        available, reason = rerank_support(self.embedder) if rerank is not False else (False, "")
+        do_rerank = available and rerank is not False and rerank_k > 0
+        result = self.search_vector(vec, max(top_k, rerank_k) if do_rerank else top_k, flt)
         result.tokens_total = total
         result.tokens_used = min(total, budget)
         result.truncated = total > budget
         result.timings_ms["encode"] = (t1 - t0) * 1000
+        if do_rerank:
+            self._rerank(result, query, budget, rerank_k)
+        elif rerank:
+            result.notes.append(reason)
+        result.hits = result.hits[:top_k]
         return result
+
+    def _rerank(self, result: SearchResult, query: str, budget: int, k: int) -> None:
+        from engine.grounding.rerank import itm_scores
+
+        t0 = time.perf_counter()
+        head, tail = result.hits[:k], result.hits[k:]
+        images, ok = [], []
+        for h in head:
+            try:
+                images.append(decode_image(Path(h.path), target_size=self.embedder.image_size)[0])
+                ok.append(h)
+            except DecodeError:
+                tail.insert(0, h)  # unreadable now (moved, deleted): keeps its ANN place after the rest
+        scores = itm_scores(self.embedder, images, query, max_tokens=budget) if images else []
+        for h, s in zip(ok, scores, strict=True):
+            h.extra["ann_rank"] = h.rank
+            h.extra["rerank_score"] = float(s)
+        ok.sort(key=lambda h: (-h.extra["rerank_score"], h.rank))
+        result.hits = ok + tail
+        for i, h in enumerate(result.hits, start=1):
+            h.rank = i
+        result.reranked = len(ok)
+        result.timings_ms["rerank"] = (time.perf_counter() - t0) * 1000
 
     def search_image(self, path: Path | str, top_k: int = DEFAULT_TOP_K, flt: ImageFilter | None = None) -> SearchResult:
         t0 = time.perf_counter()

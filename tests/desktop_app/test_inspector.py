@@ -34,6 +34,7 @@ def _open_first(qtbot, window):
 
 
 def test_without_grounding_the_overlay_is_disabled_and_says_why(qtbot, opened):
+    opened.backend.grounder_factory = lambda embedder: None  # a model without a grounder
     insp = _open_first(qtbot, opened)
     assert opened.tabs.currentWidget() is insp
     assert not insp.canvas.image().isNull()

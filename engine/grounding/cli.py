@@ -1,0 +1,316 @@
+"""`longlens ground` and `longlens check`: grounding from the command line.
+
+    longlens ground IMAGE "PARAGRAPH" --out DIR [--json] [--model NAME] [--method patch|gradcam]
+    longlens check FILE --out REPORT.jsonl [--html REPORT.html] [--threshold 0.5] [--model NAME]
+
+Heavy imports (torch, the models) happen inside the command functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import io
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.errors import LonglensError
+
+LOW_SUPPORT = 0.5
+# Saved full-resolution maps are capped at this many pixels on the long side (a 24 MP photo
+# would otherwise give a gigabyte of float32 per paragraph).
+MAX_MAP_SIDE = 1024
+IMAGE_KEYS = ("image", "image_path", "path", "file", "filename")
+CAPTION_KEYS = ("caption", "text", "paragraph", "description")
+
+
+def register(sub: Any) -> None:
+    sg = sub.add_parser("ground", help="locate each phrase of a paragraph in an image (maps + supports)")
+    sg.add_argument("image", type=Path)
+    sg.add_argument("paragraph", help="the text to ground (or - to read it from stdin)")
+    sg.add_argument("--out", type=Path, required=True, help="folder for overlays, arrays and grounding.json")
+    sg.add_argument("--json", action="store_true", help="print grounding.json to stdout")
+    _model_args(sg)
+    sg.set_defaults(func=cmd_ground)
+
+    sc = sub.add_parser("check", help="check captions against their images (support per sentence/phrase)")
+    sc.add_argument("file", type=Path, help="JSONL or CSV with an image path and a caption per line")
+    sc.add_argument("--out", type=Path, required=True, help="report: one JSON object per input line")
+    sc.add_argument("--html", type=Path, help="also write an HTML report with the overlays")
+    sc.add_argument("--threshold", type=float, default=LOW_SUPPORT,
+                    help="supports below this are flagged low (default 0.5: undecided)")
+    _model_args(sc)
+    sc.set_defaults(func=cmd_check)
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="model to ground with (default: the settings' model)")
+    p.add_argument("--method", choices=["patch", "gradcam"],
+                   help="map method (default: gradcam for BLIP, shifted patch similarity for sceneworld-mini)")
+    p.add_argument("--device", default="auto")
+
+
+def _grounder(args: argparse.Namespace) -> Any:
+    from engine.config import get_paths
+    from engine.grounding import get_grounder
+    from engine.services import Services
+
+    with Services(get_paths(args.home)) as svc:
+        embedder = svc.embedder(args.model, device=args.device)
+    grounder = get_grounder(embedder, method=args.method)
+    if grounder is None:
+        raise LonglensError(f"grounding is not available for model {embedder.model_id!r}")
+    return grounder
+
+
+def _load_image(path: Path) -> Any:
+    from engine.errors import DecodeError
+    from engine.indexing.decode import decode_image
+
+    if not path.exists():
+        raise LonglensError(f"image not found: {path}")
+    if not path.is_file():
+        raise LonglensError(f"not a file: {path}")
+    try:
+        image, _ = decode_image(path)
+    except DecodeError as exc:
+        raise LonglensError(f"cannot read image {path}: {exc}") from None
+    return image
+
+
+def _check_text(text: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise LonglensError("the caption is empty")
+    if not any(ch.isalnum() for ch in text):
+        raise LonglensError("the caption has no words")
+    return text
+
+
+def grounding_json(g: Any, threshold: float = LOW_SUPPORT) -> dict[str, Any]:
+    sents = []
+    for i, (s, e) in enumerate(g.sentences):
+        sup = g.sentence_supports[i] if i < len(g.sentence_supports) else None
+        sents.append({"index": i, "text": g.text[s:e], "start": s, "end": e,
+                      "support": None if sup is None else round(float(sup), 4),
+                      "low_support": bool(sup is not None and sup < threshold)})
+    phrases = []
+    for i, pm in enumerate(g.phrases):
+        p = pm.phrase
+        phrases.append({"index": i, "text": p.text, "kind": p.kind, "start": p.start, "end": p.end,
+                        "sentence": pm.sentence, "claim": p.claim, "support": round(float(pm.support), 4),
+                        "low_support": bool(pm.support < threshold)})
+    supports = [s["support"] for s in sents if s["support"] is not None]
+    if not supports:
+        verdict = "no claims"
+    elif all(s >= threshold for s in supports):
+        verdict = "supported"
+    elif all(s < threshold for s in supports):
+        verdict = "not supported"
+    else:
+        verdict = "partly supported"
+    return {"model": g.model_id, "method": g.method, "calibrated": g.calibrated, "verdict": verdict,
+            "support": round(min(supports), 4) if supports else None, "sentences": sents, "phrases": phrases}
+
+
+def _slug(text: str, n: int = 32) -> str:
+    keep = "".join(ch if ch.isalnum() else "-" for ch in text.lower())
+    return "-".join(x for x in keep.split("-") if x)[:n] or "phrase"
+
+
+def write_outputs(image: Any, g: Any, out: Path, prefix: str = "") -> dict[str, Any]:
+    """Overlay PNGs per phrase and the maps as arrays (patch and image resolution)."""
+    import numpy as np
+
+    from engine.grounding.maps import overlay, upsample
+
+    out.mkdir(parents=True, exist_ok=True)
+    w, h = image.size
+    scale = min(1.0, MAX_MAP_SIDE / max(w, h))
+    mw, mh = max(1, round(w * scale)), max(1, round(h * scale))
+    files = []
+    patch = np.stack([pm.heatmap for pm in g.phrases]) if g.phrases else np.zeros((0, 1, 1), np.float32)
+    full = np.stack([upsample(m, mw, mh) for m in patch]) if len(patch) else np.zeros((0, mh, mw), np.float32)
+    for i, pm in enumerate(g.phrases):
+        name = f"{prefix}phrase_{i:02d}_{_slug(pm.phrase.text)}.png"
+        overlay(image, pm.heatmap).save(out / name)
+        files.append(name)
+    arrays = f"{prefix}maps.npz"
+    np.savez_compressed(out / arrays, patch=patch.astype(np.float32), image=full.astype(np.float16))
+    return {"overlays": files, "arrays": arrays, "array_shapes": {"patch": list(patch.shape), "image": list(full.shape)}}
+
+
+def cmd_ground(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.paragraph == "-" else args.paragraph
+    _check_text(text)
+    image = _load_image(args.image)
+    grounder = _grounder(args)
+    g = grounder.ground(image, text, image_path=str(args.image))
+    report = {"image": str(args.image), "text": text, **grounding_json(g)}
+    report["files"] = write_outputs(image, g, args.out)
+    (args.out / "grounding.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
+                                             encoding="utf-8")
+    if args.json:
+        json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        print(f"{len(g.phrases)} phrases, verdict: {report['verdict']}; model {g.model_id} ({g.method}"
+              f"{'' if g.calibrated else ', uncalibrated'})")
+        for s in report["sentences"]:
+            flag = "  LOW" if s["low_support"] else ""
+            print(f"  sentence {s['index']}: {s['support']:.2f}{flag}  {s['text']}")
+        for p in report["phrases"]:
+            flag = "  LOW" if p["low_support"] else ""
+            print(f"    {p['kind']:11} {p['support']:.2f}{flag}  {p['text']}")
+        print(f"overlays and maps in {args.out}")
+    return 0
+
+
+# --------------------------------------------------------------------------- check
+
+
+def read_items(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """(line number, {"image", "caption"} or None, error or None) for each data line.
+
+    JSONL: an object per line with an image key (image, image_path, path, file) and a caption
+    key (caption, text, paragraph). CSV: a header naming those columns, or two unnamed
+    columns image,caption. Relative image paths are relative to the file's folder.
+    """
+    if not path.is_file():
+        raise LonglensError(f"input file not found: {path}")
+    raw = path.read_bytes()
+    try:
+        content = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise LonglensError(f"{path} is not UTF-8 text") from None
+    base = path.parent
+    is_csv = path.suffix.lower() == ".csv" or (not content.lstrip().startswith("{") and "," in content[:4096])
+    if is_csv:
+        yield from _read_csv(content, base)
+        return
+    for n, line in enumerate(content.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            yield n, None, f"not valid JSON ({exc.msg})"
+            continue
+        if not isinstance(obj, dict):
+            yield n, None, "expected a JSON object with an image path and a caption"
+            continue
+        yield n, *_pick(obj, base)
+
+
+def _pick(obj: dict[str, Any], base: Path) -> tuple[dict[str, Any] | None, str | None]:
+    lower = {str(k).lower(): v for k, v in obj.items()}
+    img = next((lower[k] for k in IMAGE_KEYS if k in lower), None)
+    cap = next((lower[k] for k in CAPTION_KEYS if k in lower), None)
+    if img is None or (isinstance(img, str) and not img.strip()):
+        return None, f"no image path (expected one of: {', '.join(IMAGE_KEYS)})"
+    if cap is None:
+        return None, f"no caption (expected one of: {', '.join(CAPTION_KEYS)})"
+    if not isinstance(img, str) or not isinstance(cap, str):
+        return None, "image path and caption must be strings"
+    p = Path(img).expanduser()
+    return {"image": str(p if p.is_absolute() else base / p), "caption": cap}, None
+
+
+def _read_csv(content: str, base: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    rows = list(csv.reader(io.StringIO(content)))
+    if not rows:
+        return
+    header = [c.strip().lower() for c in rows[0]]
+    has_header = any(k in header for k in IMAGE_KEYS) or any(k in header for k in CAPTION_KEYS)
+    start = 1 if has_header else 0
+    for k, row in enumerate(rows[start:], start=start + 1):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if has_header:
+            obj = {header[j]: row[j] for j in range(min(len(header), len(row)))}
+        elif len(row) >= 2:
+            obj = {"image": row[0], "caption": ",".join(row[1:])}
+        else:
+            yield k, None, "expected two columns: image path, caption"
+            continue
+        yield k, *_pick(obj, base)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    if not 0.0 <= args.threshold <= 1.0:
+        raise LonglensError("--threshold must be between 0 and 1")
+    items = list(read_items(args.file))
+    if not items:
+        raise LonglensError(f"{args.file} holds no lines to check")
+    grounder = _grounder(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    html_dir = None
+    if args.html is not None:
+        html_dir = args.html.with_name(args.html.stem + "_files")
+        html_dir.mkdir(parents=True, exist_ok=True)
+    errors = 0
+    counts: dict[str, int] = {}
+    records = []
+    with args.out.open("w", encoding="utf-8") as fh:
+        for line, item, error in items:
+            rec: dict[str, Any] = {"line": line}
+            image = None
+            if item is not None:
+                rec.update(item)
+                try:
+                    _check_text(item["caption"])
+                    image = _load_image(Path(item["image"]))
+                    g = grounder.ground(image, item["caption"], image_path=item["image"])
+                    rec.update(grounding_json(g, args.threshold))
+                    if html_dir is not None:
+                        rec["files"] = write_outputs(image, g, html_dir, prefix=f"line{line:05d}_")
+                except LonglensError as exc:
+                    error = str(exc)
+            if error is not None:
+                rec.update({"verdict": "error", "error": error})
+                errors += 1
+                print(f"{args.file}:{line}: {error}", file=sys.stderr)
+            counts[rec["verdict"]] = counts.get(rec["verdict"], 0) + 1
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            records.append(rec)
+    if args.html is not None:
+        args.html.write_text(_html_report(records, html_dir.name if html_dir else "", args.threshold),
+                             encoding="utf-8")
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    print(f"checked {len(items)} lines: {summary}; report in {args.out}"
+          + (f", HTML in {args.html}" if args.html else ""))
+    return 1 if errors else 0
+
+
+def _tint(support: float | None) -> str:
+    if support is None:
+        return "#ddd"
+    s = max(0.0, min(1.0, float(support)))
+    return f"hsl({int(120 * s)}, 70%, 80%)"
+
+
+def _html_report(records: list[dict[str, Any]], files_dir: str, threshold: float) -> str:
+    parts = ["<!doctype html><meta charset='utf-8'><title>Longlens caption check</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
+             ".item{border-top:1px solid #ccc;padding:1em 0}.ov{display:inline-block;margin:4px;"
+             "font-size:12px;width:200px;vertical-align:top}.ov img{width:200px}"
+             "span.s{padding:1px 2px;border-radius:3px}.err{color:#b00}</style>",
+             f"<h1>Caption check</h1><p>Tint: support (red low, green high); threshold {threshold}.</p>"]
+    for r in records:
+        parts.append(f"<div class='item'><h3>line {r['line']}: {html.escape(str(r.get('image', '')))}"
+                     f" &mdash; {html.escape(r['verdict'])}</h3>")
+        if r["verdict"] == "error":
+            parts.append(f"<p class='err'>{html.escape(r.get('error', ''))}</p></div>")
+            continue
+        parts.append("<p>" + " ".join(
+            f"<span class='s' style='background:{_tint(s['support'])}' title='support {s['support']}'>"
+            f"{html.escape(s['text'])}</span>" for s in r["sentences"]) + "</p>")
+        for p, f in zip(r["phrases"], r.get("files", {}).get("overlays", []), strict=False):
+            parts.append(f"<div class='ov'><img src='{html.escape(files_dir)}/{html.escape(f)}'><br>"
+                         f"<span class='s' style='background:{_tint(p['support'])}'>{html.escape(p['text'])}"
+                         f"</span> {p['support']:.2f}</div>")
+        parts.append("</div>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,73 @@
+"""Heatmap arithmetic shared by the grounders: normalising, upsampling, colouring, overlays.
+
+Only numpy and Pillow: the CLI writes overlays without matplotlib, and the GUI scales the
+patch-resolution maps itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+
+def normalise(m: np.ndarray) -> np.ndarray:
+    """Min-max to [0, 1] as float32. A flat map (nothing stands out) becomes all zeros."""
+    m = np.asarray(m, dtype=np.float32)
+    m = np.nan_to_num(m, nan=0.0, posinf=0.0, neginf=0.0)
+    if not m.size:
+        return m.copy()
+    lo, hi = float(m.min()), float(m.max())
+    if hi - lo <= 1e-6 * max(1.0, abs(hi)):
+        return np.zeros(m.shape, dtype=np.float32)
+    return ((m - lo) / (hi - lo)).astype(np.float32)
+
+
+def upsample(m: np.ndarray, width: int, height: int) -> np.ndarray:
+    """Bilinear resize of a (h, w) map to (height, width), values kept in the input range."""
+    from PIL import Image
+
+    m = np.asarray(m, dtype=np.float32)
+    if m.shape == (height, width):
+        return m.copy()
+    img = Image.fromarray(m, mode="F").resize((int(width), int(height)), Image.Resampling.BILINEAR)
+    out = np.asarray(img, dtype=np.float32)
+    # Bilinear interpolation cannot leave [min, max]; clip float rounding at the edges.
+    return np.clip(out, float(m.min()), float(m.max())) if m.size else out
+
+
+def colourise(m: np.ndarray) -> np.ndarray:
+    """(h, w) in [0, 1] -> (h, w, 3) uint8 with a blue-cyan-yellow-red ("jet") colour map."""
+    x = np.clip(np.asarray(m, dtype=np.float32), 0.0, 1.0)
+    r = np.clip(1.5 - np.abs(4 * x - 3), 0, 1)
+    g = np.clip(1.5 - np.abs(4 * x - 2), 0, 1)
+    b = np.clip(1.5 - np.abs(4 * x - 1), 0, 1)
+    return (np.stack([r, g, b], axis=-1) * 255 + 0.5).astype(np.uint8)
+
+
+def overlay(image: Image.Image, heatmap: np.ndarray, alpha: float = 0.6) -> Image.Image:
+    """The image with the map's colours blended in, opaque where the map is high.
+
+    Per-pixel alpha = alpha * map, so the picture stays visible where the phrase is absent.
+    """
+    from PIL import Image
+
+    from engine.models.blip import to_rgb
+
+    rgb = np.asarray(to_rgb(image), dtype=np.float32)
+    h, w = rgb.shape[:2]
+    m = upsample(heatmap, w, h)
+    colours = colourise(m).astype(np.float32)
+    a = (float(alpha) * m)[..., None]
+    out = rgb * (1 - a) + colours * a
+    return Image.fromarray(np.clip(out + 0.5, 0, 255).astype(np.uint8), mode="RGB")
+
+
+def argmax_point(m: np.ndarray) -> tuple[int, int]:
+    """(row, col) of the maximum; ties go to the first in row-major order (deterministic)."""
+    m = np.asarray(m)
+    idx = int(np.argmax(m))
+    return idx // m.shape[1], idx % m.shape[1]
