@@ -73,15 +73,13 @@ def run(out: Path, home: Path) -> int:
     from desktop_app.main_window import MainWindow
     from desktop_app.views.results_model import ThumbnailStateRole
     from desktop_app.workers import Backend, WorkerHub, resolve_paths
-    from engine.demo import DEMO_QUERY, ensure_demo_model, ensure_demo_photos
-    from tests.desktop_app.fakes import FakeGrounder
+    from engine.demo import SCENEWORLD_DEMO_SEED, demo_setup
 
     out.mkdir(parents=True, exist_ok=True)
     app = ensure_app()
     theme.apply_theme(app, "light")
     paths = resolve_paths()
-    model = ensure_demo_model(paths)
-    photos = ensure_demo_photos(paths)
+    model, photos, demo_query = demo_setup(paths)
     backend = Backend(paths, model=model)
     hub = WorkerHub()
     win = MainWindow(backend, hub)
@@ -120,7 +118,7 @@ def run(out: Path, home: Path) -> int:
     win.library_view.list.setCurrentRow(0)
 
     view = win.search_view
-    job = view.run_text_query(DEMO_QUERY)
+    job = view.run_text_query(demo_query)
     until(lambda: not job.running, 60, "search")
     pump(0.3)
     view.grid.setFocus()
@@ -130,34 +128,23 @@ def run(out: Path, home: Path) -> int:
           30, "thumbnails")
     shot("search-results.png")
 
-    # Inspector, as it is today: no grounding for this model.
+    # Inspector with the model's real phrase grounding: one phrase's region map overlaid.
     view.open_current()
     insp = win.inspector_view
     until(lambda: not insp.canvas.image().isNull(), 30, "inspector image")
-    until(lambda: insp.ground_job is None or not insp.ground_job.running, 30, "grounding")
+    until(lambda: insp.grounding is not None, 60, "grounding")
+    insp.select_phrase(1)
+    insp.opacity.setValue(65)
     pump(0.3)
     shot("inspector.png")
 
-    # The overlay UI, fed by the tests' stand-in grounder (illustration only).
-    backend.grounder_factory = lambda embedder: FakeGrounder(grid=24)
-    win.tabs.setCurrentWidget(view)
-    view.open_current()
-    until(lambda: insp.grounding is not None and not insp.canvas.image().isNull(), 30, "fake grounding")
-    insp.select_phrase(1)
-    insp.opacity.setValue(65)
-    shot("inspector-overlay-illustration.png")
-    backend.grounder_factory = lambda embedder: None
-
     # Review mode on a small caption file.
+    from engine.sceneworld import generate_scene
+
     pics = sorted(p for p in photos.rglob("*.jpg"))[:6]
-    captions = [
-        "A green ellipse floats above a pale rectangle. Thin diagonal stripes cross the lower left corner.",
-        "Two bright circles sit on a gradient background. The left one is larger than the right one.",
-        "A dark triangle points to the upper right. Behind it, the sky fades from blue to orange.",
-        "Several parallel lines run across the picture. A small square hides near the top edge.",
-        "A large rectangle fills the middle of the frame. Its colour is close to the background.",
-        "An orange shape rests on the ground. A thin line connects it to the right border.",
-    ]
+    # True paragraphs and, every other item, a caption wrong in one detail (a hard negative).
+    scenes = [generate_scene(SCENEWORLD_DEMO_SEED, i) for i in range(len(pics))]
+    captions = [s.paragraph.text if i % 2 == 0 else s.negatives[0].text for i, s in enumerate(scenes)]
     cap = home / "captions.jsonl"
     cap.write_text("\n".join(json.dumps({"image": str(p), "caption": c}) for p, c in zip(pics, captions, strict=False))
                    + "\n" + '{"image": "missing.jpg", "caption": "A line whose picture is missing."}\n',
