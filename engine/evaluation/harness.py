@@ -151,6 +151,65 @@ def _dashed(draw: Any, p0: tuple[float, float], p1: tuple[float, float], fill: t
                   fill=fill, width=width)
 
 
+def _frame(d: Any, box: tuple[float, float, float, float], x_ticks: Sequence[float], px: Any,
+           y_range: tuple[float, float], py: Any, x_label: str, y_label: str, title: str) -> None:
+    """Grid lines at round y values, x ticks, both axes, their labels and the title."""
+    from PIL import ImageFont
+
+    left, top, right, bottom = box
+    font = ImageFont.load_default(size=14)
+    small = ImageFont.load_default(size=12)
+    y_lo, y_max = y_range
+    # The range ends on multiples of 5: grid lines at round values.
+    step = 10.0 if y_max - y_lo > 20 else (2.0 if y_max - y_lo > 6 else 1.0)
+    for k in range(int((y_max - y_lo) / step) + 1):
+        y = y_lo + k * step
+        d.line([(left, py(y)), (right, py(y))], fill=(230, 230, 230))
+        d.text((left - 8, py(y)), f"{y:.0f}", fill="black", font=small, anchor="rm")
+    for b in x_ticks:
+        d.line([(px(b), bottom), (px(b), bottom + 5)], fill="black")
+        d.text((px(b), bottom + 8), f"{b:g}", fill="black", font=small, anchor="mt")
+    d.line([(left, top), (left, bottom), (right, bottom)], fill="black", width=1)
+    d.text(((left + right) / 2, bottom + 45), x_label, fill="black", font=font, anchor="mm")
+    d.text((left, top - 14), y_label, fill="black", font=font, anchor="lb")
+    d.text(((left + right) / 2, 18), title, fill="black", font=font, anchor="mm")
+
+
+def plot_scatter(points: dict[str, tuple[float, float]], path: Path, *, x_label: str, y_label: str,
+                 title: str = "", front: Sequence[str] = ()) -> Path:
+    """Labelled points (x, y in %), with the labels in `front` joined by a line (a Pareto front)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    w, h = 960, 640
+    left, right, top, bottom = 70, 40, 60, 80
+    img = Image.new("RGB", (w, h), "white")
+    d = ImageDraw.Draw(img)
+    small = ImageFont.load_default(size=12)
+    xs = [x for x, _ in points.values()]
+    ys = [y for _, y in points.values()]
+    x_lo = float(np.floor(min(xs, default=0) / 5) * 5)
+    x_hi = max(float(np.ceil(max(xs, default=10) / 5) * 5), x_lo + 5)
+    y_lo = float(np.floor(min(ys, default=0) / 5) * 5)
+    y_max = max(float(np.ceil(max(ys, default=10) / 5) * 5), y_lo + 5)
+    px = lambda x: left + (x - x_lo) / (x_hi - x_lo) * (w - left - right)  # noqa: E731
+    py = lambda y: h - bottom - (y - y_lo) / (y_max - y_lo) * (h - top - bottom)  # noqa: E731
+    ticks = np.arange(x_lo, x_hi + 1e-9, 5.0 if x_hi - x_lo > 10 else 1.0)
+    _frame(d, (left, top, w - right, h - bottom), ticks, px, (y_lo, y_max), py, x_label, y_label,
+           title or "short vs long")
+    on_front = sorted(points[k] for k in front if k in points)
+    if len(on_front) > 1:
+        d.line([(px(x), py(y)) for x, y in on_front], fill=(200, 200, 200), width=2)
+    for i, (label, (x, y)) in enumerate(points.items()):
+        colour = _PALETTE[i % len(_PALETTE)]
+        r = 6 if label in front else 4
+        d.ellipse([px(x) - r, py(y) - r, px(x) + r, py(y) + r], fill=colour, outline="black" if label in front else None)
+        d.text((px(x) + 8, py(y) - 8 + (i % 3) * 6), label, fill="black", font=small, anchor="lm")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img.save(path, format="PNG")
+    return path
+
+
 def plot_truncation(truncation: dict[str, list[dict]], path: Path, *, title: str = "") -> Path:
     """R@1 (%) against the token budget: one colour per model, I2T solid, T2I dashed."""
     from PIL import Image, ImageDraw, ImageFont
@@ -159,7 +218,6 @@ def plot_truncation(truncation: dict[str, list[dict]], path: Path, *, title: str
     left, right, top, bottom = 70, 300, 60, 70
     img = Image.new("RGB", (w, h), "white")
     d = ImageDraw.Draw(img)
-    font = ImageFont.load_default(size=14)
     small = ImageFont.load_default(size=12)
     budgets = [r["max_tokens"] for r in next(iter(truncation.values()))]
     values = [100 * r[dd]["R@1"] for rows in truncation.values() for r in rows for dd in ("i2t", "t2i")]
@@ -167,19 +225,8 @@ def plot_truncation(truncation: dict[str, list[dict]], path: Path, *, title: str
     x_lo, x_hi = 0, max(budgets)
     px = lambda x: left + (x - x_lo) / max(x_hi - x_lo, 1) * (w - left - right)  # noqa: E731
     py = lambda y: h - bottom - y / y_max * (h - top - bottom)  # noqa: E731
-    step = 10.0 if y_max > 20 else 2.0  # y_max is a multiple of 10: grid lines at round values
-    for k in range(int(y_max / step) + 1):
-        y = k * step
-        d.line([(left, py(y)), (w - right, py(y))], fill=(230, 230, 230))
-        d.text((left - 8, py(y)), f"{y:.0f}", fill="black", font=small, anchor="rm")
-    for b in budgets:
-        d.line([(px(b), h - bottom), (px(b), h - bottom + 5)], fill="black")
-        d.text((px(b), h - bottom + 8), str(b), fill="black", font=small, anchor="mt")
-    d.line([(left, top), (left, h - bottom), (w - right, h - bottom)], fill="black", width=1)
-    d.text(((left + w - right) / 2, h - 25), "token budget", fill="black", font=font, anchor="mm")
-    d.text((left, top - 14), "R@1 (%)", fill="black", font=font, anchor="mb")
-    d.text(((left + w - right) / 2, 18), title or "Recall@1 vs text token budget", fill="black", font=font,
-           anchor="mm")
+    _frame(d, (left, top, w - right, h - bottom), budgets, px, (0.0, y_max), py, "token budget", "R@1 (%)",
+           title or "Recall@1 vs text token budget")
     ly = top
     for i, (label, rows) in enumerate(truncation.items()):
         colour = _PALETTE[i % len(_PALETTE)]

@@ -188,10 +188,12 @@ def evaluate_on_sceneworld(
     seed: int = 1000,
     n: int = 1000,
     splits: Sequence[str] = ("short", "long"),
+    truncation_budgets: Sequence[int] = (),
     device: str = "cpu",
-) -> dict[str, dict]:
+) -> dict[str, Any]:
     """Recall@1/5/10 (engine.evaluation.sceneworld) of base + text tower on test scenes; image
-    embeddings are computed once per base and reused for every tower in the process."""
+    embeddings are computed once per base and reused for every tower in the process.
+    With `truncation_budgets`, result["truncation"] holds the long split evaluated at each budget."""
     from engine.evaluation.sceneworld import embed_scenes, evaluate
     from engine.training.bases import BaseModel, detect_backend, load_embedder_for
 
@@ -202,4 +204,7 @@ def evaluate_on_sceneworld(
     if key not in _EVAL_MEMO:
         _EVAL_MEMO[key] = embed_scenes(emb, seed, n)
     data = _EVAL_MEMO[key]
-    return {split: evaluate(emb, split, seed, n, data=data) for split in splits}
+    out: dict[str, Any] = {split: evaluate(emb, split, seed, n, data=data) for split in splits}
+    if truncation_budgets:
+        out["truncation"] = [evaluate(emb, "long", seed, n, max_tokens=b, data=data) for b in truncation_budgets]
+    return out
