@@ -281,7 +281,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # Feature areas register their own subcommands (each module has `register(subparsers)` and imports
 # its heavy dependencies lazily), so the areas evolve without editing this file.
-COMMAND_MODULES: tuple[str, ...] = ("engine.training.cli", "engine.evaluation.cli", "engine.grounding.cli")
+COMMAND_MODULES: tuple[str, ...] = ("engine.training.cli", "engine.evaluation.cli", "engine.grounding.cli",
+                                    "engine.datagen.cli")
 
 
 def _register_extra_commands(sub) -> None:

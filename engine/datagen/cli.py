@@ -1,0 +1,179 @@
+"""`longlens datagen` (registered by engine/cli.py's COMMAND_MODULES).
+
+    longlens datagen (--images DIR | --list FILE) --endpoint URL --generator MODEL --scorer MODEL --out FILE.jsonl
+    longlens datagen --sceneworld --seed S --n N --out FILE.jsonl
+
+See docs/datagen.md. Exit codes: 0 every image written, 1 some images failed (run again to retry
+them), 2 bad input or a fatal endpoint error, 130 cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.errors import LonglensError
+
+API_KEY_ENV = "LONGLENS_API_KEY"
+
+
+def register(sub: Any) -> None:
+    from engine.datagen.sampling import Sampling
+
+    d = Sampling()
+    p = sub.add_parser(
+        "datagen",
+        help="generate training data (captions, hard negatives, scored paragraphs) with a vision-language endpoint",
+        description="Caption images with an OpenAI-compatible vision-language endpoint (vLLM, Ollama, LM Studio) "
+        "into the training JSONL of docs/training.md, or write the same format from SceneWorld's ground truth "
+        "(--sceneworld). Resumable: images already in --out are skipped. See docs/datagen.md.",
+    )
+    src = p.add_argument_group("input (one of)")
+    src.add_argument("--images", type=Path, metavar="DIR", help="folder of images (searched recursively)")
+    src.add_argument("--list", type=Path, metavar="FILE", help="JSONL {image, caption}, CSV/TSV with image[,caption], or one path per line")
+    src.add_argument("--sceneworld", action="store_true", help="SceneWorld ground truth instead of an endpoint")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE.jsonl", help="training JSONL to write or extend")
+
+    ep = p.add_argument_group("endpoint")
+    ep.add_argument("--endpoint", metavar="URL", help="base URL, e.g. http://127.0.0.1:8000/v1")
+    ep.add_argument("--generator", metavar="MODEL", help="model that writes captions, negatives and paragraphs")
+    ep.add_argument("--scorer", metavar="MODEL", help="model that scores paragraphs 0-10")
+    ep.add_argument("--api-key", metavar="KEY", help=f"bearer token (default: ${API_KEY_ENV})")
+    ep.add_argument("--concurrency", type=int, default=4, help="images in flight (default 4)")
+    ep.add_argument("--timeout", type=float, default=120.0, help="seconds without an answer before a retry (default 120)")
+    ep.add_argument("--max-retries", type=int, default=5, help="retries per request on 429/5xx/timeouts (default 5)")
+    ep.add_argument("--backoff", type=float, default=1.0, help="first backoff in seconds, doubled per retry (default 1)")
+    ep.add_argument("--max-backoff", type=float, default=60.0, help="longest backoff in seconds (default 60)")
+    ep.add_argument("--prompts", type=Path, metavar="DIR", help="folder of prompt templates overriding the defaults (NAME.txt)")
+    ep.add_argument("--max-side", type=int, default=768, help="long side of the picture sent, in pixels (default 768)")
+    ep.add_argument("--limit", type=int, help="at most this many new images in this run")
+
+    sp = p.add_argument_group("sampling (defaults: the research brief's)")
+    sp.add_argument("--temperature", type=float, default=d.temperature, help=f"generation (default {d.temperature})")
+    sp.add_argument("--top-p", type=float, default=d.top_p, help=f"generation (default {d.top_p})")
+    sp.add_argument("--max-tokens-positives", type=int, default=d.max_tokens_positives, metavar="N",
+                    help=f"default {d.max_tokens_positives}")
+    sp.add_argument("--max-tokens-negatives", type=int, default=d.max_tokens_negatives, metavar="N",
+                    help=f"default {d.max_tokens_negatives}")
+    sp.add_argument("--max-tokens-paragraph", type=int, default=d.max_tokens_paragraph, metavar="N",
+                    help=f"default {d.max_tokens_paragraph}")
+    sp.add_argument("--score-temperature", type=float, default=d.score_temperature, metavar="T",
+                    help=f"default {d.score_temperature:g}: greedy")
+    sp.add_argument("--score-max-tokens", type=int, default=d.score_max_tokens, metavar="N",
+                    help=f"default {d.score_max_tokens}")
+    sp.add_argument("--score-threshold", type=float, default=5.0, metavar="S",
+                    help="paragraphs scoring <= S are regenerated (default 5)")
+    sp.add_argument("--max-regenerations", type=int, default=3, help="regenerations per paragraph (default 3)")
+    sp.add_argument("--parse-retries", type=int, default=2, help="re-asks for an unusable answer (default 2)")
+
+    sw = p.add_argument_group("SceneWorld mode")
+    sw.add_argument("--seed", type=int, default=0, help="SceneWorld training seed, 0-999 (default 0)")
+    sw.add_argument("--n", type=int, default=100, help="scenes (default 100)")
+    sw.add_argument("--size", type=int, default=256, help="picture size in pixels (default 256)")
+    sw.add_argument("--image-dir", type=Path, metavar="DIR", help="where the pictures go (default: OUT_images next to --out)")
+
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_datagen)
+
+
+def _drive(make_job: Any, quiet: bool) -> Any:
+    """Run make_job(token) under a progress bar on stderr (images, rate, ETA, requests, failures).
+    The first Ctrl+C lets images in flight finish their current request and keeps what is written."""
+    import signal
+    import threading
+
+    from tqdm import tqdm
+
+    from engine.jobs import CancelToken
+
+    token = CancelToken()
+    job = make_job(token)
+    bar = None
+    last = None
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        token.cancel()
+        print("\nstopping: finishing requests in flight (Ctrl+C again to abort) ...", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
+    try:
+        for last in job:
+            if quiet or last.stage == "done" or last.total is None:
+                continue
+            if bar is None:
+                bar = tqdm(total=last.total, desc=last.stage, unit="img", file=sys.stderr, dynamic_ncols=True)
+                if last.message:
+                    bar.write(last.message, file=sys.stderr)
+            bar.set_postfix_str(f"req {last.extra.get('requests', 0)} retry {last.extra.get('retries', 0)} "
+                                f"failed {last.extra.get('failed', 0)}", refresh=False)
+            bar.update(max(last.done - bar.n, 0))
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        if bar is not None:
+            bar.close()
+    return last
+
+
+def cmd_datagen(args: argparse.Namespace) -> int:
+    from engine.cli import _print_json
+
+    sources = [n for n, v in (("--images", args.images), ("--list", args.list), ("--sceneworld", args.sceneworld))
+               if v]
+    if len(sources) != 1:
+        raise LonglensError("give exactly one of --images DIR, --list FILE or --sceneworld"
+                            + (f" (got {', '.join(sources)})" if sources else ""))
+    if args.sceneworld:
+        from engine.datagen.pipeline import sceneworld_job
+
+        last = _drive(lambda tok: sceneworld_job(args.out, args.seed, args.n, size=args.size,
+                                                 image_dir=args.image_dir, cancel=tok), quiet=args.quiet or args.json)
+        summary = last.extra["summary"]
+        if args.json:
+            _print_json(summary)
+        else:
+            print(last.message)
+        return 0
+
+    missing = [f"--{n}" for n in ("endpoint", "generator", "scorer") if not getattr(args, n)]
+    if missing:
+        raise LonglensError(f"`longlens datagen` with {sources[0]} needs {', '.join(missing)}")
+    from engine.datagen.inputs import images_in_folder, read_image_list
+    from engine.datagen.pipeline import DatagenRequest, datagen_job
+    from engine.datagen.sampling import Sampling
+
+    items = images_in_folder(args.images) if args.images else read_image_list(args.list)
+    req = DatagenRequest(
+        items=items, out=args.out, endpoint=args.endpoint, generator=args.generator, scorer=args.scorer,
+        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        sampling=Sampling(args.temperature, args.top_p, args.max_tokens_positives, args.max_tokens_negatives,
+                          args.max_tokens_paragraph, args.score_temperature, args.score_max_tokens),
+        prompts_dir=args.prompts, concurrency=args.concurrency, timeout=args.timeout, max_retries=args.max_retries,
+        backoff=args.backoff, max_backoff=args.max_backoff, parse_retries=args.parse_retries,
+        score_threshold=args.score_threshold, max_regenerations=args.max_regenerations, max_side=args.max_side,
+        limit=args.limit,
+    )
+    last = _drive(lambda tok: datagen_job(req, tok), quiet=args.quiet or args.json)
+    summary = last.extra["summary"]
+    if args.json:
+        _print_json(summary)
+    else:
+        if summary["torn_bytes_removed"]:
+            print(f"note: removed an unfinished last line ({summary['torn_bytes_removed']} bytes) left by an "
+                  "interrupted run", file=sys.stderr)
+        print(last.message)
+        for f in summary["failed"][:20]:
+            print(f"  failed: {f['image']}: {f['reason']}")
+        if len(summary["failed"]) > 20:
+            print(f"  ... and {len(summary['failed']) - 20} more (--json lists all)")
+        if summary["failed"]:
+            print("run the same command again to retry the failed images")
+    if summary["cancelled"]:
+        return 130
+    return 1 if summary["failed"] else 0
