@@ -116,26 +116,25 @@ def roc_auc(pos: Sequence[float] | np.ndarray, neg: Sequence[float] | np.ndarray
 # --------------------------------------------------------------------------- storage
 
 
-def weights_sha256(model_dir: Path | None) -> str:
-    """The SHA-256 of the model weights as recorded in longlens-manifest.json (hashed if absent)."""
+def weights_sha256(model_dir: Path | None, name: str = "model.safetensors") -> str:
+    """The SHA-256 of a weights file as recorded in longlens-manifest.json (hashed if absent)."""
     if model_dir is None:
         return ""
     model_dir = Path(model_dir)
-    for name in ("model.safetensors",):
-        try:
-            manifest = json.loads((model_dir / "longlens-manifest.json").read_text(encoding="utf-8"))
-            sha = manifest["files"][name]["sha256"]
-            if isinstance(sha, str) and len(sha) == 64:
-                return sha
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        path = model_dir / name
-        if path.is_file():
-            h = hashlib.sha256()
-            with path.open("rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-            return h.hexdigest()
+    try:
+        manifest = json.loads((model_dir / "longlens-manifest.json").read_text(encoding="utf-8"))
+        sha = manifest["files"][name]["sha256"]
+        if isinstance(sha, str) and len(sha) == 64:
+            return sha
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    path = model_dir / name
+    if path.is_file():
+        h = hashlib.sha256()
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
     return ""
 
 
@@ -147,9 +146,19 @@ def model_dir_of(embedder: Any) -> Path | None:
     return None
 
 
+MATCHER_WEIGHTS = "matcher/matcher.safetensors"
+
+
 def calibration_key(embedder: Any) -> str:
-    """'<text model id>@<weights sha256>'; a text-tower override has its own id, hence its own key."""
-    return f"{getattr(embedder, 'text_model_id', '?')}@{weights_sha256(model_dir_of(embedder))}"
+    """'<text model id>@<weights sha256>'; a text-tower override has its own id, hence its own key.
+
+    A model with a matching head (sceneworld-mini's matcher/) adds '+matcher@<its sha256>': the
+    head's logit is a support feature, so a retrained head needs its own calibration."""
+    model_dir = model_dir_of(embedder)
+    key = f"{getattr(embedder, 'text_model_id', '?')}@{weights_sha256(model_dir)}"
+    if model_dir is not None and (model_dir / MATCHER_WEIGHTS).is_file():
+        key += f"+matcher@{weights_sha256(model_dir, MATCHER_WEIGHTS)}"
+    return key
 
 
 @dataclass
@@ -231,7 +240,7 @@ def fit_calibration(embedder: Any, *, seed: int = VALIDATION_SEED, n: int = 400)
     meta = {
         "model_id": embedder.model_id,
         "text_model_id": getattr(embedder, "text_model_id", embedder.model_id),
-        "weights_sha256": key.rsplit("@", 1)[-1],
+        "weights_sha256": weights_sha256(model_dir_of(embedder)),
         "validation": {"benchmark": "sceneworld", "seed": seed, "n_scenes": n},
         "features": grounder.feature_names,  # type: ignore[attr-defined]
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

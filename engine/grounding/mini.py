@@ -52,6 +52,7 @@ class MiniImageFeatures:
     global_emb: np.ndarray  # (D,) normalised
     patches: np.ndarray  # (len(SHIFTS), G*G, D) normalised patch embeddings
     pixels: torch.Tensor  # (1, 3, S, S), kept for Grad-CAM
+    match_tokens: torch.Tensor | None = None  # (1, G*G, width): the matcher's image tokens
 
 
 class MiniGrounder(BaseGrounder):
@@ -61,9 +62,27 @@ class MiniGrounder(BaseGrounder):
         "sentence": ["debiased_similarity", "min_phrase_similarity", "min_relation_geometry"],
     }
 
+    # With a matching head (engine/grounding/matcher.py) its logit leads every level's features.
+    matcher_feature_names = {
+        "phrase": ["match_logit", "debiased_similarity"],
+        "relation": ["geometry", "debiased_similarity", "match_logit"],
+        "sentence": ["match_logit", "debiased_similarity", "min_phrase_match", "min_relation_geometry"],
+    }
+
     def __init__(self, embedder: Any, calibration: Calibration | None = None, *, method: str = "patch",
-                 gradcam_layer: int = -1, stats: dict[str, list[float]] | None = None) -> None:
+                 gradcam_layer: int = -1, stats: dict[str, list[float]] | None = None,
+                 use_matcher: bool = True) -> None:
         super().__init__(embedder, calibration)
+        self.matcher = None
+        if use_matcher:
+            from engine.grounding.calibration import model_dir_of
+            from engine.grounding.matcher import load_matcher
+
+            model_dir = model_dir_of(embedder)
+            if model_dir is not None:
+                self.matcher = load_matcher(model_dir, embedder.cfg, str(embedder.device))
+        if self.matcher is not None:
+            self.feature_names = self.matcher_feature_names
         if method not in ("patch", "gradcam"):
             raise ValueError("method must be 'patch' or 'gradcam'")
         self.kind = method
@@ -113,7 +132,21 @@ class MiniGrounder(BaseGrounder):
         ])
         p = emb.model.vision.patch_embeddings(batch).float()
         g = F.normalize(p[0].mean(0), dim=-1)  # unshifted: exactly the image embedding
-        return MiniImageFeatures(g.cpu().numpy(), F.normalize(p, dim=-1).cpu().numpy(), x)
+        tokens = self.matcher.image_tokens(x) if self.matcher is not None else None
+        return MiniImageFeatures(g.cpu().numpy(), F.normalize(p, dim=-1).cpu().numpy(), x, tokens)
+
+    @torch.inference_mode()
+    def match_logits(self, feats: MiniImageFeatures, texts: list[str]) -> np.ndarray:
+        """The matching head's logit for each text against the image (0: undecided)."""
+        if self.matcher is None or feats.match_tokens is None or not texts:
+            return np.zeros(len(texts), np.float32)
+        from engine.grounding.matcher import MAX_TOKENS
+        from engine.models.demo import tokenize
+
+        ids, mask = tokenize(self.embedder.tokenizer, texts, MAX_TOKENS)
+        device = feats.match_tokens.device
+        tokens = feats.match_tokens.expand(len(texts), -1, -1)
+        return self.matcher(tokens, ids.to(device), mask.to(device)).float().cpu().numpy()
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -178,6 +211,10 @@ class MiniGrounder(BaseGrounder):
         debiased = lambda e: (e @ feats.global_emb - e @ mu) if len(e) else np.zeros(0)  # noqa: E731
         ph_sim = debiased(ph_emb)
         sent_sim = debiased(sent_emb)
+        with_matcher = self.matcher is not None
+        if with_matcher:
+            logits = self.match_logits(feats, claims + sentences)
+            ph_match, sent_match = logits[: len(claims)], logits[len(claims):]
 
         nouns = [i for i, p in enumerate(phrases) if p.kind != "relation"]
         maps = np.zeros((len(phrases), MAP_GRID if self.kind == "patch" else self.grid,
@@ -194,21 +231,25 @@ class MiniGrounder(BaseGrounder):
                 if len(p.args) == 2:
                     maps[i] = normalise(maps[p.args[0]] + maps[p.args[1]])
                     geo = relation_geometry(predicate_of(p.text), maps[p.args[0]], maps[p.args[1]])
-                x.append([geo, float(ph_sim[i])])
+                x.append([geo, float(ph_sim[i])] + ([float(ph_match[i])] if with_matcher else []))
             else:
                 levels.append("phrase")
-                x.append([float(ph_sim[i])])
+                x.append(([float(ph_match[i])] if with_matcher else []) + [float(ph_sim[i])])
         sx = []
         for si in range(len(sentences)):
             own = [k for k, s in enumerate(chunking.phrase_sentence) if s == si]
             nps = [x[k][0] for k in own if levels[k] == "phrase"]
             rels = [x[k][0] for k in own if levels[k] == "relation"]
-            sx.append([float(sent_sim[si]), min(nps) if nps else float(sent_sim[si]), min(rels) if rels else 0.0])
+            own_sent = float(sent_match[si]) if with_matcher else float(sent_sim[si])
+            row = [float(sent_sim[si]), min(nps) if nps else own_sent, min(rels) if rels else 0.0]
+            sx.append([own_sent, *row] if with_matcher else row)
         return Analysis(text, chunking, maps, levels, x, sx)
 
     def _uncalibrated(self, level: str, x: np.ndarray) -> np.ndarray:
         # Without a calibration for these weights: a fixed, monotone squashing (documented as
         # uncalibrated; Grounding.calibrated is False).
+        if self.matcher is not None and level != "relation":
+            return sigmoid(x[:, 0])  # the head was trained class-balanced: logit 0 = undecided
         scale = {"phrase": 20.0, "relation": 10.0, "sentence": 20.0}[level]
         return sigmoid(scale * x[:, 0])
 

@@ -1,0 +1,296 @@
+"""An image–text matching head for sceneworld-mini: the analogue of BLIP's ITM head.
+
+Why. sceneworld-mini's contrastive embeddings retrieve scenes from colours, setting and
+layout; a global (CLS-to-CLS style) contrastive loss never needs to bind object kinds or
+counts to regions, so similarity scores cannot tell "a red car" from "a red kite" in the same
+scene (docs/grounding.md). BLIP answers "does this text describe this image?" with a separate
+head: the text encoder cross-attends to every image patch and is trained to separate true
+texts from hard negatives. This module gives the demo model the same design at its scale:
+
+    text tokens -> text tower layers (self-attention)
+                -> `layers` blocks of self-attention + cross-attention over the patch tokens
+                   of the matcher's own vision tower -> masked mean -> logit
+
+Both towers start from the shipped model's weights; the matcher keeps its own copy of the
+vision tower, so training it never changes the retrieval embeddings. Training data are
+SceneWorld *training* scenes (seeds < 1000): true captions, paragraph sentences and phrases
+against the generator's one-detail-wrong negatives (attribute, relation, count, object) and
+captions of other scenes.
+
+Files: MODEL_DIR/matcher/{matcher.safetensors, matcher.json}.
+
+    python -m engine.grounding.matcher --model-dir resources/models/sceneworld-mini
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.jobs import CancelToken, Progress
+from engine.models.demo import MiniConfig, SceneWorldMini, TextTower, VisionTower
+
+MATCHER_DIR = "matcher"
+WEIGHTS = "matcher.safetensors"
+META = "matcher.json"
+MAX_TOKENS = 48
+
+
+class MiniMatcher(nn.Module):
+    def __init__(self, cfg: MiniConfig, layers: int = 2) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.vision = VisionTower(cfg)
+        self.text = TextTower(cfg)
+        w = cfg.vision_width
+        if cfg.text_width != w:
+            raise ValueError("matcher needs text_width == vision_width")
+        block = nn.TransformerDecoderLayer(w, cfg.heads, w * cfg.mlp_ratio, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.cross = nn.TransformerDecoder(block, layers)
+        self.norm = nn.LayerNorm(w)
+        self.head = nn.Linear(w, 1)
+
+    @classmethod
+    def from_model(cls, model: SceneWorldMini, layers: int = 2) -> MiniMatcher:
+        m = cls(model.cfg, layers)
+        m.vision.load_state_dict(model.vision.state_dict())
+        m.text.load_state_dict(model.text.state_dict())
+        return m
+
+    def image_tokens(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.vision.patch_tokens(pixels)
+
+    def text_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        t = self.text
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = t.embed_norm(t.tok_proj(t.tok(input_ids)) + t.pos(positions)[None])
+        return t.encoder(x, src_key_padding_mask=attention_mask == 0)
+
+    def forward(self, image_tokens: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Match logits (N,) for N (image tokens, text) pairs; image_tokens (N, P, width)."""
+        x = self.text_states(input_ids, attention_mask)
+        x = self.cross(x, image_tokens, tgt_key_padding_mask=attention_mask == 0)
+        x = self.norm(x)
+        m = attention_mask.unsqueeze(-1).to(x.dtype)
+        pooled = (x * m).sum(1) / m.sum(1).clamp(min=1.0)
+        return self.head(pooled).squeeze(-1)
+
+
+# --------------------------------------------------------------------------- storage
+
+
+def save_matcher(matcher: MiniMatcher, folder: Path, meta: dict[str, Any]) -> Path:
+    from safetensors.torch import save_file
+
+    from engine.fileutil import atomic_write_text
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(torch.float16 if v.is_floating_point() else v.dtype).contiguous().cpu()
+             for k, v in matcher.state_dict().items()}
+    tmp = folder / (WEIGHTS + ".tmp")
+    save_file(state, str(tmp))
+    tmp.replace(folder / WEIGHTS)
+    atomic_write_text(folder / META, json.dumps({"layers": len(matcher.cross.layers), **meta}, indent=2) + "\n")
+    return folder
+
+
+def load_matcher(model_dir: Path, cfg: MiniConfig, device: str = "cpu") -> MiniMatcher | None:
+    """The model's matcher, or None when the model folder has none."""
+    from safetensors.torch import load_file
+
+    folder = Path(model_dir) / MATCHER_DIR
+    if not (folder / WEIGHTS).is_file():
+        return None
+    meta = json.loads((folder / META).read_text(encoding="utf-8"))
+    m = MiniMatcher(cfg, int(meta.get("layers", 2)))
+    state = {k: v.float() for k, v in load_file(str(folder / WEIGHTS)).items()}
+    m.load_state_dict(state)
+    return m.to(device).eval()
+
+
+def matcher_sha256(model_dir: Path) -> str | None:
+    import hashlib
+
+    path = Path(model_dir) / MATCHER_DIR / WEIGHTS
+    if not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- training data
+
+
+@dataclass
+class SceneTexts:
+    positives: list[str]  # true captions and paragraph sentences
+    phrases: list[str]  # object phrases of true texts
+    negatives: list[tuple[str, str]]  # (one-detail-wrong caption, the true caption it came from)
+    wrong_phrases: list[str]  # the phrases those corruptions introduced
+
+
+def scene_texts(scene: Any) -> SceneTexts:
+    pos = [t.text for t in scene.positives]
+    para = scene.paragraph
+    pos += [para.text[s.start:s.end] for s in para.sentences]
+    true_phrases = {p.text for t in [*scene.positives, para] for p in t.phrases if p.kind == "object"}
+    wrong = sorted({p.text for n in scene.negatives for p in n.phrases
+                    if p.kind == "object" and p.text not in true_phrases})
+    negatives = [(n.text, scene.positives[n.source_index].text) for n in scene.negatives]
+    return SceneTexts(pos, sorted(true_phrases), negatives, wrong)
+
+
+@dataclass(frozen=True)
+class MatcherSettings:
+    n_scenes: int = 8000
+    epochs: int = 2
+    batch_scenes: int = 32
+    lr: float = 5e-4
+    warmup_steps: int = 30
+    weight_decay: float = 0.05
+    layers: int = 2
+    seed: int = 0
+
+
+def _sample_pairs(texts: list[SceneTexts], rng: np.random.Generator) -> tuple[list[str], list[int], list[float]]:
+    """Four texts per scene: a one-detail-wrong caption and the true caption it was made from
+    (so the only difference to learn from is the detail), a true phrase or sentence, and
+    either a wrong phrase or a text of another scene (the easy negative that keeps global
+    matching honest). Returns texts, owner (scene index in the batch) and labels."""
+    out_t: list[str] = []
+    owner: list[int] = []
+    label: list[float] = []
+
+    def add(i: int, t: str, y: float) -> None:
+        out_t.append(t)
+        owner.append(i)
+        label.append(y)
+
+    n = len(texts)
+    for i, st in enumerate(texts):
+        wrong, source = st.negatives[int(rng.integers(len(st.negatives)))]
+        add(i, source, 1.0)
+        add(i, wrong, 0.0)
+        pool = st.phrases + st.positives
+        add(i, pool[int(rng.integers(len(pool)))], 1.0)
+        if st.wrong_phrases and (n == 1 or rng.random() < 0.5):
+            add(i, st.wrong_phrases[int(rng.integers(len(st.wrong_phrases)))], 0.0)
+        elif n > 1:
+            j = (i + 1 + int(rng.integers(n - 1))) % n
+            add(i, texts[j].positives[int(rng.integers(len(texts[j].positives)))], 0.0)
+    return out_t, owner, label
+
+
+def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSettings(), *,
+                  device: str = "cpu", cancel: CancelToken | None = None) -> Iterator[Progress]:
+    """Train the matcher of `model_dir` into `out_dir` (a generator of progress; cancel-aware)."""
+    from engine.models.demo import build_tokenizer, load_model, pixels_from_uint8, tokenize
+    from engine.sceneworld import check_train_seed, generate_scenes
+    from engine.training.sceneworld_mini import render_for_model
+
+    check_train_seed(s.seed)
+    cancel = cancel or CancelToken()
+    torch.manual_seed(s.seed)
+    rng = np.random.default_rng(s.seed)
+    t0 = time.monotonic()
+    base = load_model(Path(model_dir), "cpu")
+    cfg = base.cfg
+    yield Progress("data", 0, s.n_scenes, "rendering training scenes")
+    scenes = generate_scenes(s.seed, 0, s.n_scenes)
+    renders = render_for_model(scenes, cfg.image_size)
+    texts = [scene_texts(sc) for sc in scenes]
+    del scenes
+    tokenizer = build_tokenizer()
+    matcher = MiniMatcher.from_model(base, s.layers).to(device)
+    del base
+    # The word-piece table stays as trained (30,522 x 64: most of the parameters, and most words
+    # never occur in SceneWorld); everything after it learns.
+    matcher.text.tok.weight.requires_grad_(False)
+    opt = torch.optim.AdamW([p for p in matcher.parameters() if p.requires_grad], lr=s.lr,
+                            weight_decay=s.weight_decay)
+    steps_per_epoch = s.n_scenes // s.batch_scenes
+    total = steps_per_epoch * s.epochs
+
+    def lr_at(step: int) -> float:
+        if step < s.warmup_steps:
+            return (step + 1) / s.warmup_steps
+        frac = (step - s.warmup_steps) / max(total - s.warmup_steps, 1)
+        return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    history: list[float] = []
+    step = 0
+    t_train = time.monotonic()
+    matcher.train()
+    for epoch in range(s.epochs):
+        order = rng.permutation(s.n_scenes)
+        for b in range(steps_per_epoch):
+            if cancel.cancelled:
+                yield Progress("cancelled", step, total, "cancelled")
+                return
+            idx = order[b * s.batch_scenes:(b + 1) * s.batch_scenes]
+            pix = torch.from_numpy(pixels_from_uint8(renders[idx])).to(device)
+            batch_texts, owner, labels = _sample_pairs([texts[i] for i in idx], rng)
+            ids, mask = tokenize(tokenizer, batch_texts, MAX_TOKENS)
+            tokens = matcher.image_tokens(pix)
+            logits = matcher(tokens[torch.as_tensor(owner, device=device)], ids.to(device), mask.to(device))
+            y = torch.as_tensor(labels, device=device)
+            # Balance the classes: 0.5 then means "undecided" before any calibration.
+            w = torch.where(y > 0.5, 0.5 / y.sum().clamp(min=1), 0.5 / (1 - y).sum().clamp(min=1))
+            loss = (F.binary_cross_entropy_with_logits(logits, y, reduction="none") * w).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in matcher.parameters() if p.requires_grad], 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            history.append(float(loss.detach()))
+            if step % 10 == 0 or step == total:
+                rate = step / max(time.monotonic() - t_train, 1e-9)
+                recent = float(np.mean(history[-20:]))
+                yield Progress("train", step, total, f"epoch {epoch + 1}/{s.epochs} loss {recent:.4f}",
+                               rate=rate, eta_s=(total - step) / rate)
+    matcher.eval()
+    meta = {"settings": asdict(s), "seconds": round(time.monotonic() - t0, 1),
+            "final_loss": float(np.mean(history[-50:])) if history else None,
+            "torch": torch.__version__}
+    save_matcher(matcher, Path(out_dir), meta)
+    yield Progress("done", total, total, f"saved to {out_dir}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.grounding.matcher",
+                                 description="Train sceneworld-mini's image-text matching head.")
+    ap.add_argument("--model-dir", type=Path, required=True)
+    ap.add_argument("--out", type=Path, help="default: MODEL_DIR/matcher")
+    ap.add_argument("--n-scenes", type=int, default=MatcherSettings.n_scenes)
+    ap.add_argument("--epochs", type=int, default=MatcherSettings.epochs)
+    ap.add_argument("--seed", type=int, default=MatcherSettings.seed)
+    args = ap.parse_args(argv)
+    s = MatcherSettings(n_scenes=args.n_scenes, epochs=args.epochs, seed=args.seed)
+    out = args.out or args.model_dir / MATCHER_DIR
+    last = 0.0
+    for p in train_matcher(args.model_dir, out, s):
+        now = time.monotonic()
+        if now - last > 15 or p.stage in ("done", "data"):
+            last = now
+            eta = f" eta {p.eta_s / 60:.1f} min" if p.eta_s else ""
+            print(f"[matcher] {p.stage} {p.done}/{p.total} {p.message}{eta}", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
