@@ -7,7 +7,7 @@ long SceneWorld test splits, run the truncation analysis on the long split, add 
 report with a table, a truncation plot and a Pareto plot (short vs long R@1).
 
     make reproduction
-    python -m engine.training.reproduction --out docs/reproduction.md [--n-train 5000] [--quick]
+    python -m engine.training.reproduction --out docs/reproduction.md [--n-train 2000] [--quick]
 
 Trained towers and a results cache live in --work (default: the user cache folder), so an
 interrupted run resumes at the next untrained configuration.
@@ -33,8 +33,8 @@ CAPTION_ONLY_CONFIGS = ("C1", "C2", "C3", "C7", "C8")
 
 @dataclass(frozen=True)
 class StudySettings:
-    n_train: int = 5000
-    epochs: int = 4
+    n_train: int = 2000
+    epochs: int = 3
     lr: float = 5e-4
     batch_size: int = 128
     warmup_steps: int = 50
