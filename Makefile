@@ -26,8 +26,11 @@ lint: $(STAMP)
 test: lint
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
+# Long fault-injection runs (tests marked stress), e.g. the kill -9 harness: STRESS_ITERATIONS kills.
+STRESS_ITERATIONS ?= 20
 stress: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m stress tests
+	QT_QPA_PLATFORM=offscreen LONGLENS_STRESS_ITERATIONS=$(STRESS_ITERATIONS) \
+		$(BIN)/python -m pytest -q -p no:cacheprovider -m stress tests
 
 bench: $(STAMP)
 	$(BIN)/python -m engine.bench.ann --out docs/benchmarks.md

@@ -364,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # POSIX file names are bytes: one that is not UTF-8 reaches Python as lone surrogates, which
+    # a strict UTF-8 stdout (e.g. an en_US.UTF-8 terminal) refuses with a traceback. Print such
+    # names as their original bytes, as `ls` does (Python already does this under the C locale).
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
     args = build_parser().parse_args(argv)
     if args.home:
         os.environ["LONGLENS_HOME"] = args.home

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import LonglensError
+from engine.fileutil import atomic_write_text
 
 LOW_SUPPORT = 0.5
 # Saved full-resolution maps are capped at this many pixels on the long side (a 24 MP photo
@@ -187,11 +188,19 @@ def read_items(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | N
     except UnicodeDecodeError:
         raise LonglensError(f"{path} is not UTF-8 text") from None
     base = path.parent
-    is_csv = path.suffix.lower() == ".csv" or (not content.lstrip().startswith("{") and "," in content[:4096])
+    # The suffix decides when it names a format: sniffing a .jsonl file whose first line is
+    # broken would read every good line as CSV.
+    suffix = path.suffix.lower()
+    is_csv = suffix == ".csv" or (
+        suffix not in (".jsonl", ".json", ".jsonlines", ".ndjson")
+        and not content.lstrip().startswith("{") and "," in content[:4096])
     if is_csv:
         yield from _read_csv(content, base)
         return
-    for n, line in enumerate(content.splitlines(), start=1):
+    # Split on "\n" only: str.splitlines() also breaks at U+2028, U+0085, form feeds, ..., which a
+    # JSON string may hold, and would cut such a line in two and shift every later line number.
+    for n, line in enumerate(content.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
@@ -220,13 +229,25 @@ def _pick(obj: dict[str, Any], base: Path) -> tuple[dict[str, Any] | None, str |
 
 
 def _read_csv(content: str, base: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
-    rows = list(csv.reader(io.StringIO(content)))
-    if not rows:
-        return
-    header = [c.strip().lower() for c in rows[0]]
-    has_header = any(k in header for k in IMAGE_KEYS) or any(k in header for k in CAPTION_KEYS)
-    start = 1 if has_header else 0
-    for k, row in enumerate(rows[start:], start=start + 1):
+    # Numbered by the line each record starts on (a quoted caption may span lines), and a
+    # malformed record (e.g. a field over the csv module's size limit) is reported, not raised.
+    reader = csv.reader(io.StringIO(content, newline=""))
+    header: list[str] = []
+    has_header: bool | None = None
+    while True:
+        k = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield k, None, f"malformed CSV ({exc})"
+            continue
+        if has_header is None:
+            header = [c.strip().lower() for c in row]
+            has_header = any(h in header for h in IMAGE_KEYS) or any(h in header for h in CAPTION_KEYS)
+            if has_header:
+                continue
         if not row or all(not c.strip() for c in row):
             continue
         if has_header:
@@ -254,31 +275,31 @@ def cmd_check(args: argparse.Namespace) -> int:
     errors = 0
     counts: dict[str, int] = {}
     records = []
-    with args.out.open("w", encoding="utf-8") as fh:
-        for line, item, error in items:
-            rec: dict[str, Any] = {"line": line}
-            image = None
-            if item is not None:
-                rec.update(item)
-                try:
-                    _check_text(item["caption"])
-                    image = _load_image(Path(item["image"]))
-                    g = grounder.ground(image, item["caption"], image_path=item["image"])
-                    rec.update(grounding_json(g, args.threshold))
-                    if html_dir is not None:
-                        rec["files"] = write_outputs(image, g, html_dir, prefix=f"line{line:05d}_")
-                except LonglensError as exc:
-                    error = str(exc)
-            if error is not None:
-                rec.update({"verdict": "error", "error": error})
-                errors += 1
-                print(f"{args.file}:{line}: {error}", file=sys.stderr)
-            counts[rec["verdict"]] = counts.get(rec["verdict"], 0) + 1
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-            records.append(rec)
+    # The report is written whole at the end (temp file + rename): an interrupted check leaves
+    # the previous report, never half of a new one.
+    for line, item, error in items:
+        rec: dict[str, Any] = {"line": line}
+        image = None
+        if item is not None:
+            rec.update(item)
+            try:
+                _check_text(item["caption"])
+                image = _load_image(Path(item["image"]))
+                g = grounder.ground(image, item["caption"], image_path=item["image"])
+                rec.update(grounding_json(g, args.threshold))
+                if html_dir is not None:
+                    rec["files"] = write_outputs(image, g, html_dir, prefix=f"line{line:05d}_")
+            except LonglensError as exc:
+                error = str(exc)
+        if error is not None:
+            rec.update({"verdict": "error", "error": error})
+            errors += 1
+            print(f"{args.file}:{line}: {error}", file=sys.stderr)
+        counts[rec["verdict"]] = counts.get(rec["verdict"], 0) + 1
+        records.append(rec)
+    atomic_write_text(args.out, "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records))
     if args.html is not None:
-        args.html.write_text(_html_report(records, html_dir.name if html_dir else "", args.threshold),
-                             encoding="utf-8")
+        atomic_write_text(args.html, _html_report(records, html_dir.name if html_dir else "", args.threshold))
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     print(f"checked {len(items)} lines: {summary}; report in {args.out}"
           + (f", HTML in {args.html}" if args.html else ""))

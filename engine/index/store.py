@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,28 @@ import numpy as np
 from engine.catalog import Catalog
 from engine.index.vector_index import VectorIndex
 
+# A save or load writes ".<index file name>.<random>[.hnsw|.load].tmp" next to the index; a process
+# killed meanwhile leaves it behind. No save takes this long, so an older one is an orphan.
+STALE_TEMP_AGE_S = 3600.0
+
 
 def index_path(indexes_dir: Path, library_id: int, model_id: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id)
     return Path(indexes_dir) / f"library-{library_id}--{slug}.llidx"
+
+
+def remove_stale_temp_files(path: Path, max_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
+    """Delete temp files of `path` left by a crashed save (they can be as large as the index)."""
+    removed = []
+    now = time.time()
+    for tmp in Path(path).parent.glob(f".{Path(path).name}.*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime > max_age_s:
+                tmp.unlink()
+                removed.append(tmp)
+        except OSError:
+            continue  # another process's file, or already gone
+    return removed
 
 
 class IndexStore:
@@ -38,6 +57,7 @@ class IndexStore:
                 return idx
             self.dir.mkdir(parents=True, exist_ok=True)
             path = index_path(self.dir, library_id, model_id)
+            remove_stale_temp_files(path)
             existed = path.exists()
             idx, note = VectorIndex.open_or_rebuild(
                 path, dim, lambda: self.catalog.all_vectors(library_id, model_id), **self.index_params
