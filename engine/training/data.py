@@ -227,18 +227,18 @@ def check_line(
     return record, chk.problems
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def _lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
+    """(line number, text, "") per line, or (line number, None, reason) for a line that is not
+    UTF-8 — decoded line by line, so one bad byte costs only its own line."""
     if not path.is_file():
         raise TrainingDataError(f"training data file {path} does not exist")
     try:
         with open(path, "rb") as fh:
-            # Decoded line by line, so a bad byte is reported on its own line.
             for n, raw in enumerate(fh, start=1):
                 try:
-                    text = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+                    yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8"), ""
                 except UnicodeDecodeError as exc:
-                    raise TrainingDataError(f"{path}:{n}: not UTF-8 text ({exc.reason})") from None
-                yield n, text
+                    yield n, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
     except OSError as exc:
         raise TrainingDataError(f"cannot read training data {path}: {exc.strerror or exc}") from exc
 
@@ -262,7 +262,11 @@ def read_training_jsonl(
     problems: list[Problem] = []
     seen: dict[str, int] = {}
     n_lines = 0
-    for line_no, raw in _lines(path):
+    for line_no, raw, undecodable in _lines(path):
+        if raw is None:
+            n_lines += 1
+            problems.append(Problem(line_no, "line", undecodable, "error"))
+            continue
         if not raw.strip():
             continue
         n_lines += 1

@@ -131,6 +131,15 @@ def test_unreadable_or_empty_files_are_clear_errors(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n\n", encoding="utf-8")
     with pytest.raises(TrainingDataError, match="no training lines"):
         read_training_jsonl(tmp_path / "empty.jsonl")
-    (tmp_path / "latin1.jsonl").write_bytes(b'{"a": 1}\n{"b": "caf\xe9"}\n')
-    with pytest.raises(TrainingDataError, match=r"latin1\.jsonl:2: not UTF-8"):
-        read_training_jsonl(tmp_path / "latin1.jsonl")
+
+
+
+def test_a_line_that_is_not_utf8_is_reported_and_skipped(tmp_path, good_file):
+    lines = good_file.read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "mixed.jsonl"
+    bad.write_bytes(lines[0] + b'{"image": "caf\xe9.jpg"}\n' + b"".join(lines[1:]))
+    data = read_training_jsonl(bad, check_images=False)
+    assert len(data.records) == len(lines) and data.skipped_lines == [2]
+    assert "not UTF-8" in data.errors[0].reason and data.errors[0].line == 2
+    with pytest.raises(TrainingDataError, match=r"mixed\.jsonl:2: .*not UTF-8"):
+        read_training_jsonl(bad, strict=True, check_images=False)
