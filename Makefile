@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint stress bench demo-model reproduction sceneworld-report clean
+.PHONY: venv demo test test-cluster lint stress bench demo-model reproduction sceneworld-report clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: lint
 
 # Long fault-injection runs (tests marked stress), e.g. the kill -9 harness: STRESS_ITERATIONS kills.
 STRESS_ITERATIONS ?= 20
+# Scale-out tests on a local Ray runtime: installs the `cluster` extra (requirements-cluster.lock)
+# with requirements.lock as constraints, so torch and numpy stay the pinned ones.
+test-cluster: $(STAMP)
+	$(BIN)/pip install --quiet -r requirements-cluster.lock -c requirements.lock
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m cluster tests/cluster
+
 stress: $(STAMP)
 	QT_QPA_PLATFORM=offscreen LONGLENS_STRESS_ITERATIONS=$(STRESS_ITERATIONS) \
 		$(BIN)/python -m pytest -q -p no:cacheprovider -m stress tests
@@ -35,13 +41,14 @@ stress: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m engine.bench.ann --out docs/benchmarks.md
 	$(BIN)/python -m engine.bench.indexing --out docs/benchmarks.md
+	$(BIN)/longlens bench --out docs/benchmarks.md --json-out docs/bench.json
 
 # Retrain the bundled demo model (about 30 min on 2 CPU cores) and re-measure it.
 demo-model: $(STAMP)
 	$(BIN)/python -m engine.training.sceneworld_mini --out resources/models/sceneworld-mini --seed 0
 	$(BIN)/python -m engine.evaluation.sceneworld_report --out docs/sceneworld.md
 
-# The C1–C10 study on SceneWorld: trains 14 text towers and rewrites docs/reproduction.md (about an hour).
+# The C1–C10 study on SceneWorld: trains 14 text towers and rewrites docs/reproduction.md.
 reproduction: $(STAMP)
 	$(BIN)/python -m engine.training.reproduction --out docs/reproduction.md
 

@@ -150,6 +150,10 @@ def _summary_text(s: dict) -> str:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    if args.cluster or args.out:
+        from engine.cluster.cli import cmd_cluster_index
+
+        return cmd_cluster_index(args)
     with _services(args) as svc:
         embedder = svc.embedder(args.model, device=args.device)
         indexer = svc.indexer(embedder, batch_size=args.batch_size)
@@ -281,8 +285,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # Feature areas register their own subcommands (each module has `register(subparsers)` and imports
 # its heavy dependencies lazily), so the areas evolve without editing this file.
-COMMAND_MODULES: tuple[str, ...] = ("engine.training.cli", "engine.evaluation.cli", "engine.grounding.cli",
-                                    "engine.datagen.cli")
+COMMAND_MODULES: tuple[str, ...] = ("engine.cluster.cli", "engine.training.cli", "engine.evaluation.cli", "engine.grounding.cli",
+                                    "engine.datagen.cli", "engine.bench.cli")
 
 
 def _register_extra_commands(sub) -> None:
@@ -325,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--batch-size", type=int, default=32)
     si.add_argument("--json", action="store_true", help="print a JSON summary")
     si.add_argument("--quiet", action="store_true", help="no progress bar")
+    si.add_argument("--cluster", metavar="ADDRESS", help="embed on Ray ('local', 'local:N' or a Ray address) "
+                    "into Parquet shards in --out; needs longlens[cluster] (docs/scale-out.md)")
+    si.add_argument("--out", type=Path, help="shards folder for --cluster; merge with `longlens import-shards`")
     si.set_defaults(func=cmd_index)
 
     ss = sub.add_parser("search", help="search with a paragraph (or - to read it from stdin)")

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,9 +37,13 @@ from engine.types import (
 )
 
 HASH_CHUNK = 1 << 20
-# A cancel must take effect within about a second (reliability checklist 23), so model calls are
-# split into chunks expected to take at most this long.
+# A cancel must take effect within about a second (reliability checklist 23). The model runs in
+# a helper thread while the job polls the cancel token this often, so a cancel returns at once
+# however long the batch takes (its result is then discarded). Splitting batches into chunks short
+# enough to wait for would cost throughput: on the CPU the full-size BLIP runs 2-3x faster per image
+# at batch 8 than at batch 1 (docs/benchmarks.md).
 CANCEL_LATENCY_S = 0.4
+CANCEL_POLL_S = 0.05
 
 
 def content_hash(path: Path) -> str:
@@ -80,6 +85,17 @@ class _Candidate:
 
 
 @dataclass
+class ExternalResult:
+    """One file as hashed, decoded and embedded outside this process (e.g. by a cluster job)."""
+
+    entry: FileEntry  # rel_path, size and mtime as seen where the file was read
+    content_hash: str | None
+    meta: ImageMeta | None
+    vector: np.ndarray | None  # set for readable files
+    error: str | None = None  # a DECODE_REASONS tag (or read error) for unreadable files
+
+
+@dataclass
 class _Prepared:
     candidate: _Candidate
     content_hash: str | None = None
@@ -107,7 +123,7 @@ class Indexer:
         self.embedder = embedder
         self.batch_size = batch_size
         self.decode_workers = decode_workers
-        self._s_per_image: float | None = None
+        self._model_thread: ThreadPoolExecutor | None = None  # created on first use
 
     # -- the job ------------------------------------------------------------
     def run(self, root: Path | str, cancel: CancelToken | None = None) -> Iterator[Progress]:
@@ -154,25 +170,7 @@ class Indexer:
         yield Progress("scan", len(entries), len(entries), f"found {len(entries)} images")
 
         # 2. classify against the catalog
-        records = self.catalog.image_records(lib.id)
-        by_path = {r.rel_path: r for r in records}
-        embedded = self.catalog.embedded_ids(lib.id, model_id)
-        seen: set[str] = set()
-        candidates: list[_Candidate] = []
-        for e in entries:
-            seen.add(e.rel_path)
-            rec = by_path.get(e.rel_path)
-            if rec is None or rec.status == STATUS_DELETED:
-                candidates.append(_Candidate(e, rec))
-            elif rec.size != e.size or rec.mtime_ns != e.mtime_ns:
-                candidates.append(_Candidate(e, rec))
-            elif rec.status == STATUS_OK and rec.id not in embedded:
-                candidates.append(_Candidate(e, rec))  # indexed before with another model
-            else:
-                summary.unchanged += 1
-        vanished = [r for r in records if r.rel_path not in seen and r.status != STATUS_DELETED]
-        # Rows whose file disappeared but whose content may reappear elsewhere (a move).
-        movable = {r.content_hash: r for r in vanished if r.content_hash and r.id in embedded}
+        candidates, vanished, movable = self._classify(lib.id, entries, summary)
         known_hashes = self.catalog.hashes_with_vectors(model_id)
 
         claimed: set[int] = set()  # ids of vanished rows taken over by a moved file
@@ -223,42 +221,126 @@ class Indexer:
 
         # 4. sweep: only after a complete scan and pass
         if not summary.cancelled:
-            gone = [r.id for r in vanished if r.id not in claimed]
-            if gone:
-                self.catalog.write_batch(model_id, [], deleted_ids=gone)
-                index.delete(np.asarray(gone, dtype=np.int64))
-                summary.deleted = len(gone)
-            self.catalog.set_library_status(lib.id, LIBRARY_ONLINE, scanned=True)
+            self._sweep(lib.id, index, vanished, claimed, summary)
         self.store.save(lib.id, model_id)
         summary.elapsed_s = time.monotonic() - t0
         msg = "cancelled; committed batches are kept" if summary.cancelled else "indexing complete"
         yield Progress("done", done, len(candidates), msg, extra={"summary": summary})
 
-    # -- steps --------------------------------------------------------------
-    def _embed(self, batch: list[_Prepared], cancel: CancelToken) -> bool:
-        """Run the model on the batch in chunks sized to take about CANCEL_LATENCY_S each, checking
-        the cancel token between chunks; False when cancelled (the batch is then dropped whole)."""
-        to_embed = [p for p in batch if p.needs_model]
-        start = 0
-        while start < len(to_embed):
+    # -- merging results computed elsewhere ------------------------------------
+    def merge(
+        self,
+        root: Path | str,
+        results: Sequence[ExternalResult],
+        *,
+        complete: bool,
+        cancel: CancelToken | None = None,
+    ) -> Iterator[Progress]:
+        """Merge files hashed, decoded and embedded elsewhere (a cluster job's shards) into `root`'s
+        library with the same rules as run(): unchanged files are left alone, a changed content hash
+        replaces the row's vector, a vanished row whose content reappears is moved (row and vector
+        kept), and, only when `complete` says `results` lists every file of the root, rows absent
+        from it are soft-deleted. The model is never called: every ok result carries its vector.
+        The last Progress has stage "done" and the summary in extra["summary"]."""
+        cancel = cancel or CancelToken()
+        t0 = time.monotonic()
+        root = Path(root).expanduser().resolve()
+        model_id = self.embedder.model_id
+        summary = IndexSummary(root=str(root), model_id=model_id)
+        lib = self.catalog.library_by_root(root) or self.catalog.add_library(root)
+        summary.library_id = lib.id
+        by_path = {r.entry.rel_path: r for r in results}
+        summary.scanned = len(by_path)
+        candidates, vanished, movable = self._classify(lib.id, [r.entry for r in by_path.values()], summary)
+        claimed: set[int] = set()
+        index = self.store.get(lib.id, model_id, self.embedder.dim)
+        summary.index_notes.extend(self.store.notes)
+        self.store.notes.clear()
+        meter = RateMeter(len(candidates))
+        for start in range(0, len(candidates), self.batch_size):
             if cancel.cancelled:
-                return False
-            n = self._chunk_size()
-            chunk = to_embed[start : start + n]
-            t = time.perf_counter()
-            vecs = self.embedder.encode_pixels(np.stack([p.pixels for p in chunk]))
-            per_image = (time.perf_counter() - t) / len(chunk)
-            # Exponential average of seconds per image drives the next chunk size.
-            self._s_per_image = per_image if self._s_per_image is None else 0.7 * self._s_per_image + 0.3 * per_image
-            for p, v in zip(chunk, vecs, strict=True):
-                p.vector = v
-            start += n
-        return True
+                summary.cancelled = True
+                break
+            batch = []
+            for c in candidates[start : start + self.batch_size]:
+                r = by_path[c.entry.rel_path]
+                p = _Prepared(c, content_hash=r.content_hash, meta=r.meta, error=r.error)
+                prev = c.previous
+                same = prev is not None and prev.status == STATUS_OK and prev.content_hash == r.content_hash
+                if r.error is None and not same and r.content_hash not in movable:
+                    p.needs_model, p.vector = True, r.vector  # "embedded" here: the vector came with it
+                batch.append(p)
+            self._commit_batch(batch, lib.id, index, movable, claimed, summary)
+            done = min(start + self.batch_size, len(candidates))
+            yield meter.progress("merge", done, f"{done}/{len(candidates)} files")
+        if complete and not summary.cancelled:
+            self._sweep(lib.id, index, vanished, claimed, summary)
+        self.store.save(lib.id, model_id)
+        summary.elapsed_s = time.monotonic() - t0
+        msg = "cancelled; committed batches are kept" if summary.cancelled else "merge complete"
+        yield Progress("done", len(candidates), len(candidates), msg, extra={"summary": summary})
 
-    def _chunk_size(self) -> int:
-        if self._s_per_image is None:
-            return 1  # first call: measure on one image before committing to a larger chunk
-        return max(1, min(self.batch_size, int(CANCEL_LATENCY_S / max(self._s_per_image, 1e-6))))
+    # -- steps --------------------------------------------------------------
+    def _classify(
+        self, library_id: int, entries: Sequence[FileEntry], summary: IndexSummary
+    ) -> tuple[list[_Candidate], list[ImageRecord], dict[str, ImageRecord]]:
+        """(files needing work, rows whose file vanished, vanished embedded rows by content hash)."""
+        model_id = self.embedder.model_id
+        records = self.catalog.image_records(library_id)
+        by_path = {r.rel_path: r for r in records}
+        embedded = self.catalog.embedded_ids(library_id, model_id)
+        seen: set[str] = set()
+        candidates: list[_Candidate] = []
+        for e in entries:
+            seen.add(e.rel_path)
+            rec = by_path.get(e.rel_path)
+            if rec is None or rec.status == STATUS_DELETED:
+                candidates.append(_Candidate(e, rec))
+            elif rec.size != e.size or rec.mtime_ns != e.mtime_ns:
+                candidates.append(_Candidate(e, rec))
+            elif rec.status == STATUS_OK and rec.id not in embedded:
+                candidates.append(_Candidate(e, rec))  # indexed before with another model
+            else:
+                summary.unchanged += 1
+        vanished = [r for r in records if r.rel_path not in seen and r.status != STATUS_DELETED]
+        # Rows whose file disappeared but whose content may reappear elsewhere (a move).
+        movable = {r.content_hash: r for r in vanished if r.content_hash and r.id in embedded}
+        return candidates, vanished, movable
+
+    def _sweep(
+        self, library_id: int, index: VectorIndex, vanished: list[ImageRecord], claimed: set[int],
+        summary: IndexSummary,
+    ) -> None:
+        """Soft-delete vanished rows no moved file took over; only after a complete scan and pass."""
+        gone = [r.id for r in vanished if r.id not in claimed]
+        if gone:
+            self.catalog.write_batch(self.embedder.model_id, [], deleted_ids=gone)
+            index.delete(np.asarray(gone, dtype=np.int64))
+            summary.deleted = len(gone)
+        self.catalog.set_library_status(library_id, LIBRARY_ONLINE, scanned=True)
+
+    def _embed(self, batch: list[_Prepared], cancel: CancelToken) -> bool:
+        """Run the model on the batch in the model thread, polling the cancel token meanwhile;
+        False when cancelled (the batch is then dropped whole; a computation in flight finishes
+        in the background and its result is discarded)."""
+        to_embed = [p for p in batch if p.needs_model]
+        if not to_embed:
+            return True
+        if cancel.cancelled:
+            return False
+        if self._model_thread is None:
+            self._model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longlens-model")
+        future = self._model_thread.submit(self.embedder.encode_pixels, np.stack([p.pixels for p in to_embed]))
+        while True:
+            try:
+                vecs = future.result(timeout=CANCEL_POLL_S)
+                break
+            except FutureTimeout:
+                if cancel.cancelled:
+                    return False
+        for p, v in zip(to_embed, vecs, strict=True):
+            p.vector = v
+        return True
 
     def _prepare(
         self, c: _Candidate, size: int, movable: dict[str, ImageRecord], known_hashes: set[str]

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.models.blip_fast import FastBlipTowers, cpu_supports_bf16, intra_op_threads
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,15 @@ _DTYPES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
 }
+
+# How image and text embeddings are computed (BlipEmbedder's `compute`):
+#   "fast"      SDPA, [CLS]-only last layer, bf16 copies of the towers on CPUs with native bf16
+#               (cosine >= 0.9998 to float32 on the full-size model); the weights' dtype on GPUs.
+#               What the registry (CLI, GUI) loads.
+#   "exact"     SDPA and [CLS]-only last layer in the weights' dtype: float32 rounding away from
+#               the reference. The default for direct construction (training, evaluation, tests).
+#   "reference" transformers' own eager forward.
+COMPUTE_MODES = ("fast", "exact", "reference")
 
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -156,9 +166,12 @@ class BlipEmbedder:
         text_tower_dir: Path | None = None,
         model_id: str | None = None,
         default_text_tokens: int = 128,
+        compute: str = "exact",
     ) -> None:
         from transformers import BertTokenizerFast, BlipConfig
 
+        if compute not in COMPUTE_MODES:
+            raise ModelError(f"Unknown compute mode {compute!r}; use one of {', '.join(COMPUTE_MODES)}.")
         self.checkpoint_dir = Path(checkpoint_dir)
         self._check_checkpoint_files(self.checkpoint_dir)
         self.device = resolve_device(device)
@@ -195,7 +208,12 @@ class BlipEmbedder:
         self.image_size = int(config.vision_config.image_size)
         self.max_text_tokens = int(config.text_config.max_position_embeddings)
         self.default_text_tokens = max(2, min(int(default_text_tokens), self.max_text_tokens))
-        self.batch_size = 8 if self.device == "cpu" else 32
+        # GPUs need large batches to fill; on the CPU 8 already amortises per-call overhead.
+        self.batch_size = 8 if self.device == "cpu" else 128
+        self.compute = compute
+        self._fast = self._make_fast_towers(compute)
+        # Intra-op threads for a query (a few texts) on the CPU fast path; see intra_op_threads.
+        self.query_threads: int | None = 1 if compute == "fast" and self.device == "cpu" else None
 
         self._load_image_settings()
         if text_tower_dir is not None:
@@ -252,6 +270,21 @@ class BlipEmbedder:
             log.debug("ignoring %d unexpected keys in %s", len(info["unexpected_keys"]), self.checkpoint_dir)
         model.eval()
         return model.to(self.device)
+
+    def _make_fast_towers(self, compute: str) -> FastBlipTowers | None:
+        if compute == "reference":
+            return None
+        weight_dtype = None
+        if compute == "fast" and self.device == "cpu" and self._torch_dtype == torch.float32 and cpu_supports_bf16():
+            weight_dtype = torch.bfloat16
+        return FastBlipTowers(self.model, weight_dtype=weight_dtype)
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the towers run in ("bfloat16" for the CPU fast path)."""
+        if self._fast is not None and self._fast.weight_dtype is not None:
+            return _dtype_name(self._fast.weight_dtype)
+        return self.dtype
 
     def _load_image_settings(self) -> None:
         size = self.image_size
@@ -347,6 +380,8 @@ class BlipEmbedder:
         name = str(meta.get("name") or folder.name)
         self.text_tower_name = name
         self.text_model_id = f"{self.model_id}+{name}"
+        if self._fast is not None:
+            self._fast.refresh()  # reduced-precision copies hold the old text weights
 
     # ----------------------------------------------------------------- images
 
@@ -374,12 +409,19 @@ class BlipEmbedder:
                 f"Pixel values must have shape (N, 3, {size}, {size}); got {tuple(pixel_values.shape)}."
             )
         feats = []
+        on_gpu = self.device.startswith("cuda")
         with torch.inference_mode():
             for start in range(0, len(pixel_values), self.batch_size):
                 batch = torch.from_numpy(pixel_values[start : start + self.batch_size])
+                if on_gpu:
+                    # Pinned host memory: the copy runs by DMA, asynchronously to the host.
+                    batch = batch.pin_memory().to(self.device, non_blocking=True)
                 batch = batch.to(device=self.device, dtype=self._torch_dtype)
-                cls = self._vision_states(batch)[:, 0, :]
-                feats.append(self._normalised(self.model.vision_proj(cls)))
+                if self._fast is not None:
+                    feats.append(self._normalised(self._fast.image_features(batch)))
+                else:
+                    cls = self._vision_states(batch)[:, 0, :]
+                    feats.append(self._normalised(self.model.vision_proj(cls)))
         return self._stack(feats)
 
     def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
@@ -424,14 +466,17 @@ class BlipEmbedder:
         lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]]
         order = sorted(range(len(texts)), key=lambda i: lengths[i])
         feats = np.empty((len(texts), self.dim), dtype=np.float32)
-        with torch.inference_mode():
+        threads = self.query_threads if len(texts) <= 4 else None
+        with torch.inference_mode(), intra_op_threads(threads):
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 enc = self.tokenize([texts[i] for i in idx], limit)
-                states = self._text_states(
-                    enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-                )
-                feats[idx] = self._normalised(self.model.text_proj(states[:, 0, :]))
+                ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+                if self._fast is not None:
+                    feats[idx] = self._normalised(self._fast.text_features(ids, mask))
+                else:
+                    states = self._text_states(ids, mask)
+                    feats[idx] = self._normalised(self.model.text_proj(states[:, 0, :]))
         return feats
 
     def token_count(self, text: str) -> int:

@@ -508,7 +508,9 @@ def load_embedder(
         if text_tower_dir is None and (model_dir / "text_tower" / "text_tower.json").is_file():
             # An imported paragraph-trained text tower travels inside the model folder.
             text_tower_dir = model_dir / "text_tower"
-        kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir, "model_id": name}
+        # compute="fast": SDPA and, on CPUs with native bf16, bf16 towers (engine/models/blip.py).
+        kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir, "model_id": name,
+                                  "compute": "fast"}
         if spec is not None:
             kwargs["default_text_tokens"] = spec.default_text_tokens
         return BlipEmbedder(model_dir, **kwargs)

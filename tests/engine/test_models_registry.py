@@ -310,6 +310,7 @@ def test_load_embedder_passes_install_to_backend(
         "device": "cpu",
         "text_tower_dir": None,
         "model_id": "blip-itm-base-coco",
+        "compute": "fast",  # the CPU/GPU fast path is what users get (engine/models/blip.py)
         "default_text_tokens": 128,
     }
 

@@ -1,0 +1,114 @@
+"""`longlens import-shards` (registered by engine/cli.py's COMMAND_MODULES) and the `--cluster`
+branch of `longlens index`, which engine/cli.py hands over to `cmd_cluster_index`.
+
+    longlens index PATH... --cluster local|local:N|ADDRESS --out SHARDS_DIR [--model NAME]
+    longlens import-shards SHARDS_DIR --library ROOT [--model NAME] [--source CLUSTER_ROOT]
+
+Ray and pyarrow load inside the command functions only (they are the optional `cluster` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.errors import LonglensError
+
+
+def cmd_cluster_index(args: argparse.Namespace) -> int:
+    """`longlens index ... --cluster ADDRESS --out DIR`: one shards run per folder."""
+    from engine.cli import _paths, _run_cancellable
+    from engine.cluster.job import ClusterOptions, run_cluster_index
+    from engine.services import Services
+
+    if not args.cluster or not args.out:
+        raise LonglensError("--cluster and --out go together: --cluster ADDRESS --out SHARDS_DIR")
+    paths = _paths(args).ensure()
+    with Services(paths) as svc:
+        # The model is resolved here (clear error if missing) but loaded only on the workers.
+        model = svc.default_model_name(args.model)
+    from engine.models.registry import installed_model_dir
+
+    if installed_model_dir(model, paths) is None:
+        raise LonglensError(f"model {model!r} is not installed; `longlens models list` shows what is")
+    options = ClusterOptions(address=args.cluster, device=args.device)
+    out = Path(args.out)
+    summaries = []
+    for i, folder in enumerate(args.paths):
+        # One shards folder per library: the import merges one folder into one library.
+        target = out if len(args.paths) == 1 else out / f"{i:02d}-{Path(folder).name or 'root'}"
+        last = _run_cancellable(lambda tok, f=folder, t=target: run_cluster_index(f, t, model, paths, options, tok),
+                                quiet=args.json or args.quiet)
+        s = last.extra["summary"].as_dict()
+        summaries.append(s)
+        if not args.json:
+            print(_index_text(s))
+    if args.json:
+        json.dump(summaries[0] if len(summaries) == 1 else summaries, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    return 130 if any(s["cancelled"] for s in summaries) else 0
+
+
+def _index_text(s: dict) -> str:
+    lines = [f"cluster run {s['run_id']}  {s['root']} -> {s['out']}  (model {s['model_id']}, {s['address']})",
+             f"  scanned {s['scanned']}  already in shards {s['already_in_shards']}  written {s['processed']}  "
+             f"embedded {s['embedded']}  shards {s['shards_written']}  actors {s['actors']}  "
+             f"in {s['elapsed_s']:.1f}s"]
+    if s["cancelled"]:
+        lines.append("  CANCELLED: the shards written are kept; run again to resume")
+    if s["unreadable"]:
+        lines.append(f"  unreadable ({len(s['unreadable'])}):")
+        lines += [f"    {u['path']}: {u['reason']}" for u in s["unreadable"][:50]]
+    if s["skipped"]:
+        lines.append(f"  skipped ({len(s['skipped'])}):")
+        lines += [f"    {u['path']}: {u['reason']}" for u in s["skipped"][:50]]
+    lines.append(f"  next: longlens import-shards {s['out']} --library {s['root']}")
+    return "\n".join(lines)
+
+
+def cmd_import_shards(args: argparse.Namespace) -> int:
+    from engine.cli import _run_cancellable, _services
+    from engine.cluster.importer import import_shards
+
+    with _services(args) as svc:
+        last = _run_cancellable(
+            lambda tok: import_shards(svc.catalog, svc.store, args.shards_dir, args.library, model_id=args.model,
+                                      source_root=args.source, cancel=tok),
+            quiet=args.json or args.quiet, unit="file")
+    s = last.extra["summary"].as_dict()
+    if args.json:
+        json.dump(s, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        m = s["merge"]
+        print(f"imported {s['shards_read']} shards of {s['source_root']} into {s['library']} (model {s['model_id']})")
+        print(f"  rows {s['rows']}  duplicates dropped {s['duplicate_rows']}  stale {s['stale_rows']}")
+        print(f"  new {m['new']}  changed {m['changed']}  moved {m['moved']}  unchanged {m['unchanged']}  "
+              f"deleted {m['deleted']}  unreadable {len(m['unreadable'])}")
+        for b in s["bad_shards"]:
+            print(f"  BAD SHARD skipped: {b['reason']}")
+        for n in s["notes"] + m["index_notes"]:
+            print(f"  note: {n}")
+    if s["merge"]["cancelled"]:
+        return 130
+    return 2 if s["bad_shards"] else 0
+
+
+def register(sub: Any) -> None:
+    sp = sub.add_parser(
+        "import-shards",
+        help="merge the shards of `longlens index --cluster` into the catalog",
+        description="Validate the Parquet shards of a cluster indexing run and merge them into the library "
+        "ROOT with the rules of local indexing (new, changed, moved, deleted). Bad shards are reported and "
+        "skipped; importing twice changes nothing. Needs longlens[cluster] (pyarrow). See docs/scale-out.md.",
+    )
+    sp.add_argument("shards_dir", help="the --out folder of `longlens index --cluster`")
+    sp.add_argument("--library", required=True, help="the library folder as this machine sees it")
+    sp.add_argument("--model", help="expected model id (default: the one the shards hold)")
+    sp.add_argument("--source", help="the folder as the cluster saw it, when the shards hold several")
+    sp.add_argument("--json", action="store_true", help="print the import summary as JSON")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.set_defaults(func=cmd_import_shards)
