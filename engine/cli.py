@@ -125,6 +125,16 @@ def cmd_models(args: argparse.Namespace) -> int:
     raise AssertionError(args.models_cmd)
 
 
+def file_problem_lines(s: dict, limit: int = 50) -> list[str]:
+    """The unreadable and skipped files of an index summary, `limit` of each, one per line."""
+    lines: list[str] = []
+    for key in ("unreadable", "skipped"):
+        if s.get(key):
+            lines.append(f"  {key} ({len(s[key])}):")
+            lines += [f"    {u['path']}: {u['reason']}" for u in s[key][:limit]]
+    return lines
+
+
 def _summary_text(s: dict) -> str:
     lines = [
         f"library  {s['root']}  (model {s['model_id']})",
@@ -139,12 +149,7 @@ def _summary_text(s: dict) -> str:
     )
     if s["cancelled"]:
         lines.append("  CANCELLED: committed batches are kept; run again to resume")
-    if s["unreadable"]:
-        lines.append(f"  unreadable ({len(s['unreadable'])}):")
-        lines += [f"    {u['path']}: {u['reason']}" for u in s["unreadable"][:50]]
-    if s["skipped"]:
-        lines.append(f"  skipped ({len(s['skipped'])}):")
-        lines += [f"    {u['path']}: {u['reason']}" for u in s["skipped"][:50]]
+    lines += file_problem_lines(s)
     lines += [f"  note: {n}" for n in s["index_notes"]]
     return "\n".join(lines)
 
@@ -285,8 +290,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # Feature areas register their own subcommands (each module has `register(subparsers)` and imports
 # its heavy dependencies lazily), so the areas evolve without editing this file.
-COMMAND_MODULES: tuple[str, ...] = ("engine.cluster.cli", "engine.training.cli", "engine.evaluation.cli", "engine.grounding.cli",
-                                    "engine.datagen.cli", "engine.bench.cli")
+COMMAND_MODULES: tuple[str, ...] = (
+    "engine.cluster.cli", "engine.training.cli", "engine.evaluation.cli", "engine.grounding.cli",
+    "engine.datagen.cli", "engine.bench.cli",
+)
 
 
 def _register_extra_commands(sub) -> None:

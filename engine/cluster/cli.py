@@ -53,18 +53,15 @@ def cmd_cluster_index(args: argparse.Namespace) -> int:
 
 
 def _index_text(s: dict) -> str:
+    from engine.cli import file_problem_lines
+
     lines = [f"cluster run {s['run_id']}  {s['root']} -> {s['out']}  (model {s['model_id']}, {s['address']})",
              f"  scanned {s['scanned']}  already in shards {s['already_in_shards']}  written {s['processed']}  "
              f"embedded {s['embedded']}  shards {s['shards_written']}  actors {s['actors']}  "
              f"in {s['elapsed_s']:.1f}s"]
     if s["cancelled"]:
         lines.append("  CANCELLED: the shards written are kept; run again to resume")
-    if s["unreadable"]:
-        lines.append(f"  unreadable ({len(s['unreadable'])}):")
-        lines += [f"    {u['path']}: {u['reason']}" for u in s["unreadable"][:50]]
-    if s["skipped"]:
-        lines.append(f"  skipped ({len(s['skipped'])}):")
-        lines += [f"    {u['path']}: {u['reason']}" for u in s["skipped"][:50]]
+    lines += file_problem_lines(s)
     lines.append(f"  next: longlens import-shards {s['out']} --library {s['root']}")
     return "\n".join(lines)
 

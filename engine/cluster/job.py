@@ -166,8 +166,7 @@ def run_cluster_index(
 ) -> Iterator[Progress]:
     """Index one folder on Ray into `out`. The last Progress has stage "done" and the
     ClusterIndexSummary in extra["summary"]."""
-    from engine.indexing.decode import SUPPORTED_EXTENSIONS
-    from engine.indexing.scanner import FileEntry, Skipped, scan_folder
+    from engine.indexing.pipeline import scan_entries
 
     options = options or ClusterOptions()
     cancel = cancel or CancelToken()
@@ -184,23 +183,12 @@ def run_cluster_index(
     summary = ClusterIndexSummary(root=str(root), model_id=model, out=str(out), run_id=run_id,
                                   address=options.address)
 
-    entries: list[FileEntry] = []
-    for item in scan_folder(root, SUPPORTED_EXTENSIONS):
-        if cancel.cancelled:
-            break
-        if isinstance(item, Skipped):
-            summary.skipped.append({"path": item.rel_path, "reason": item.reason})
-        else:
-            entries.append(item)
-            if len(entries) % 1000 == 0:
-                yield Progress("scan", len(entries), None, f"found {len(entries)} images")
-    summary.scanned = len(entries)
+    entries = yield from scan_entries(root, summary, cancel, report_every=1000)
     if cancel.cancelled:
         summary.cancelled = True
         summary.elapsed_s = time.monotonic() - t0
         yield Progress("done", message="cancelled during scan", extra={"summary": summary})
         return
-    yield Progress("scan", len(entries), len(entries), f"found {len(entries)} images")
 
     have = shardio.existing_files(out, str(root), model)
     pending = [e for e in entries if (e.rel_path, e.size, e.mtime_ns) not in have]

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -106,6 +107,27 @@ class _Prepared:
     vector: np.ndarray | None = None
 
 
+def scan_entries(root: Path, summary: Any, cancel: CancelToken,
+                 report_every: int = 500) -> Generator[Progress, None, list[FileEntry]]:
+    """Scan `root` for supported images (`entries = yield from scan_entries(...)`): yields scan
+    progress, records skipped paths and the count in `summary`, returns the entries found (those
+    so far when cancelled). `summary`: any summary with `skipped` (list) and `scanned`."""
+    entries: list[FileEntry] = []
+    for item in scan_folder(root, SUPPORTED_EXTENSIONS, cancel=None):
+        if cancel.cancelled:
+            break
+        if isinstance(item, Skipped):
+            summary.skipped.append({"path": item.rel_path, "reason": item.reason})
+        else:
+            entries.append(item)
+            if len(entries) % report_every == 0:
+                yield Progress("scan", len(entries), None, f"found {len(entries)} images")
+    summary.scanned = len(entries)
+    if not cancel.cancelled:
+        yield Progress("scan", len(entries), len(entries), f"found {len(entries)} images")
+    return entries
+
+
 class Indexer:
     """Indexes library folders into the catalog and the ANN indexes for one embedder."""
 
@@ -151,23 +173,12 @@ class Indexer:
         self.catalog.set_library_status(lib.id, LIBRARY_ONLINE)
 
         # 1. scan
-        entries: list[FileEntry] = []
-        for item in scan_folder(root, SUPPORTED_EXTENSIONS, cancel=None):
-            if cancel.cancelled:
-                break
-            if isinstance(item, Skipped):
-                summary.skipped.append({"path": item.rel_path, "reason": item.reason})
-            else:
-                entries.append(item)
-                if len(entries) % 500 == 0:
-                    yield Progress("scan", len(entries), None, f"found {len(entries)} images")
-        summary.scanned = len(entries)
+        entries = yield from scan_entries(root, summary, cancel)
         if cancel.cancelled:
             summary.cancelled = True
             summary.elapsed_s = time.monotonic() - t0
             yield Progress("done", message="cancelled during scan", extra={"summary": summary})
             return
-        yield Progress("scan", len(entries), len(entries), f"found {len(entries)} images")
 
         # 2. classify against the catalog
         candidates, vanished, movable = self._classify(lib.id, entries, summary)
