@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-cluster lint stress bench demo-model reproduction sceneworld-report clean
+.PHONY: venv demo test test-cluster lint stress bench demo-model reproduction sceneworld-report clean installer
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -54,6 +54,12 @@ reproduction: $(STAMP)
 
 sceneworld-report: $(STAMP)
 	$(BIN)/python -m engine.evaluation.sceneworld_report --out docs/sceneworld.md
+
+# The Linux bundle (PyInstaller one folder + tarball, AppImage when appimagetool is on PATH), built
+# from a clean copy in its own venv (build/installer/venv, pins in installer/requirements.txt) and
+# self-tested under Xvfb. Outputs in dist/installer/. Slow (about 10 min) and never part of `make test`.
+installer:
+	installer/build-linux.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -41,6 +41,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--model", help="model for this session (default: the settings' model)")
     p.add_argument("--query", help="search for this paragraph when the window opens")
     p.add_argument("--home", help="keep all Longlens data under this folder (same as $LONGLENS_HOME)")
+    p.add_argument("--self-test", action="store_true",
+                   help="check this installation (demo model, indexing, search, window) on temporary "
+                        "data, print the result and exit: 0 passed, 1 failed")
     return p.parse_args(list(argv))
 
 
@@ -61,6 +64,10 @@ def _fatal(title: str, text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.self_test:
+        from desktop_app.selftest import run_self_test
+
+        return run_self_test()  # on its own temporary data: --home and the user's catalog stay untouched
     if args.home:
         import os
 

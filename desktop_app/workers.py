@@ -695,3 +695,14 @@ def display_text(path: str) -> str:
     from engine.catalog.paths import for_display
 
     return for_display(path)
+
+
+def installation_self_test(home: str, cancel: CancelToken | None = None) -> Iterator[Progress]:
+    """The engine's installation self-test (engine.selftest) for `--self-test`, all data under `home`.
+
+    The last Progress carries the report in extra["report"]; a failure raises a LonglensError
+    whose message says which step failed.
+    """
+    from engine.selftest import self_test_job
+
+    return self_test_job(Path(home), cancel=cancel)

@@ -279,6 +279,8 @@ def cmd_gui(args: argparse.Namespace) -> int:
         argv += ["--model", args.model]
     if args.query:
         argv += ["--query", args.query]
+    if args.self_test:
+        argv += ["--self-test"]
     return launch_gui(argv)
 
 
@@ -367,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     sg = sub.add_parser("gui", help="open the desktop app")
     sg.add_argument("--model", help="model to search with (default: the settings' model)")
     sg.add_argument("--query", help="run this search when the window opens")
+    sg.add_argument("--self-test", action="store_true",
+                    help="check this installation on temporary data and exit (0 passed, 1 failed)")
     sg.set_defaults(func=cmd_gui)
 
     _register_extra_commands(sub)

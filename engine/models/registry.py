@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,9 +220,47 @@ def get_spec(name: str) -> ModelSpec:
         raise ModelError(f"unknown model {name!r}; known models: {', '.join(_REGISTRY)}") from None
 
 
+# Points Longlens at a resources/ folder of the packager's choice (a distro's /usr/share/longlens,
+# a test's stand-in); when set, no other place is looked at.
+RESOURCES_ENV = "LONGLENS_RESOURCES"
+
+
+def resource_roots() -> list[Path]:
+    """The resources/ folders Longlens may be running from, most specific first.
+
+    A frozen app (PyInstaller) unpacks its data next to the code under sys._MEIPASS; a source
+    checkout or editable install has resources/ at the repository root; an installed wheel
+    carries it as data files under PREFIX/share/longlens/resources (see pyproject).
+    """
+    explicit = os.environ.get(RESOURCES_ENV)
+    if explicit:
+        return [Path(explicit).expanduser()]
+    roots: list[Path] = []
+    frozen_root = getattr(sys, "_MEIPASS", None)
+    if frozen_root:
+        roots.append(Path(frozen_root) / "resources")
+    roots.append(Path(__file__).resolve().parents[2] / "resources")
+    roots.append(Path(sys.prefix) / "share" / "longlens" / "resources")
+    return roots
+
+
+def find_resource(rel: str) -> Path:
+    """`rel` (e.g. "models/sceneworld-mini") under the first resources/ folder that has it.
+
+    When none has it, the path under the most specific folder is returned, so error messages
+    name the place this build expects it.
+    """
+    roots = resource_roots()
+    for root in roots:
+        candidate = root / rel
+        if candidate.exists():
+            return candidate
+    return roots[0] / rel
+
+
 def bundled_model_dir(name: str) -> Path:
-    """Where a bundled model's files live in a source checkout (resources/models/NAME)."""
-    return Path(__file__).resolve().parents[2] / "resources" / "models" / name
+    """Where a bundled model's files live (resources/models/NAME in whichever layout is running)."""
+    return find_resource(f"models/{name}")
 
 
 def how_to_get(name: str) -> str:
@@ -483,8 +522,8 @@ def load_embedder(
     spec = _REGISTRY.get(name)
     if spec is not None and spec.bundled and installed_model_dir(name, paths) is None:
         raise ModelNotInstalledError(
-            f"the demo model {name!r} is not included in this build yet (its weights are not shipped "
-            f"in resources/models/{name}/). Use a BLIP model instead: `longlens models pull "
+            f"the demo model {name!r} is not included in this build (no {MANIFEST_NAME} in "
+            f"{bundled_model_dir(name)}). Use a BLIP model instead: `longlens models pull "
             "blip-itm-base-coco`, or `longlens models import DIR --name NAME` from a local copy."
         )
     model_dir = installed_model_dir(name, paths)
