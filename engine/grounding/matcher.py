@@ -195,8 +195,10 @@ def _sample_pairs(texts: list[SceneTexts], rng: np.random.Generator) -> tuple[li
 
 
 def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSettings(), *,
-                  device: str = "cpu", cancel: CancelToken | None = None) -> Iterator[Progress]:
-    """Train the matcher of `model_dir` into `out_dir` (a generator of progress; cancel-aware)."""
+                  device: str = "cpu", cancel: CancelToken | None = None,
+                  checkpoint_every: int = 0) -> Iterator[Progress]:
+    """Train the matcher of `model_dir` into `out_dir` (a generator of progress; cancel-aware).
+    checkpoint_every > 0 also saves the weights every that many steps (meta says which step)."""
     from engine.models.demo import build_tokenizer, load_model, pixels_from_uint8, tokenize
     from engine.sceneworld import check_train_seed, generate_scenes
     from engine.training.sceneworld_mini import render_for_model
@@ -258,6 +260,10 @@ def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSe
             sched.step()
             step += 1
             history.append(float(loss.detach()))
+            if checkpoint_every and step % checkpoint_every == 0 and step < total:
+                matcher.eval()
+                save_matcher(matcher, Path(out_dir), {"settings": asdict(s), "checkpoint_step": step})
+                matcher.train()
             if step % 10 == 0 or step == total:
                 rate = step / max(time.monotonic() - t_train, 1e-9)
                 recent = float(np.mean(history[-20:]))
@@ -279,11 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-scenes", type=int, default=MatcherSettings.n_scenes)
     ap.add_argument("--epochs", type=int, default=MatcherSettings.epochs)
     ap.add_argument("--seed", type=int, default=MatcherSettings.seed)
+    ap.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps")
     args = ap.parse_args(argv)
     s = MatcherSettings(n_scenes=args.n_scenes, epochs=args.epochs, seed=args.seed)
     out = args.out or args.model_dir / MATCHER_DIR
     last = 0.0
-    for p in train_matcher(args.model_dir, out, s):
+    for p in train_matcher(args.model_dir, out, s, checkpoint_every=args.checkpoint_every):
         now = time.monotonic()
         if now - last > 15 or p.stage in ("done", "data"):
             last = now
