@@ -122,6 +122,26 @@ def load_matcher(model_dir: Path, cfg: MiniConfig, device: str = "cpu") -> MiniM
     return m.to(device).eval()
 
 
+def add_to_manifest(model_dir: Path) -> bool:
+    """List the matcher's files in the model folder's longlens-manifest.json, so `longlens models
+    verify` (which fails on unlisted files) covers them; False when the folder has no manifest."""
+    from engine.fileutil import atomic_write_text
+    from engine.models.registry import MANIFEST_NAME, sha256_file
+
+    model_dir = Path(model_dir)
+    path = model_dir / MANIFEST_NAME
+    if not path.is_file():
+        return False
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    files = {k: v for k, v in manifest["files"].items() if not k.startswith(MATCHER_DIR + "/")}
+    for p in sorted((model_dir / MATCHER_DIR).glob("*")):
+        if p.is_file():
+            files[f"{MATCHER_DIR}/{p.name}"] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    manifest["files"] = dict(sorted(files.items()))
+    atomic_write_text(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return True
+
+
 def matcher_sha256(model_dir: Path) -> str | None:
     import hashlib
 
@@ -296,6 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             last = now
             eta = f" eta {p.eta_s / 60:.1f} min" if p.eta_s else ""
             print(f"[matcher] {p.stage} {p.done}/{p.total} {p.message}{eta}", file=sys.stderr, flush=True)
+    if out.resolve() == (args.model_dir / MATCHER_DIR).resolve() and add_to_manifest(args.model_dir):
+        print(f"[matcher] listed in {args.model_dir}/longlens-manifest.json; now refit the calibration: "
+              "python -m engine.grounding.calibration --model sceneworld-mini", file=sys.stderr)
     return 0
 
 

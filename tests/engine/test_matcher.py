@@ -108,3 +108,20 @@ def test_grounder_uses_a_present_matcher(base_dir, tmp_path) -> None:
     without = MiniGrounder(emb, use_matcher=False)
     assert without.matcher is None and len(without.analyse(None, caption, feats=without.image_features(image))
                                           .sentence_x[0]) == 3
+
+
+def test_a_matcher_added_to_a_model_folder_verifies(base_dir, tmp_path) -> None:
+    from engine.grounding.matcher import add_to_manifest
+    from engine.models.registry import verify_dir
+
+    model_dir = tmp_path / "sceneworld-mini"
+    shutil.copytree(base_dir, model_dir)
+    model = load_model(model_dir)
+    save_matcher(MiniMatcher.from_model(model), model_dir / MATCHER_DIR, {"test": True})
+    report = verify_dir(model_dir)
+    assert not report.ok and {c.filename for c in report.failures} == {"matcher/matcher.json",
+                                                                      "matcher/matcher.safetensors"}
+    assert add_to_manifest(model_dir)
+    assert verify_dir(model_dir).ok
+    (model_dir / MATCHER_DIR / "matcher.safetensors").write_bytes(b"tampered")
+    assert [c.filename for c in verify_dir(model_dir).failures] == ["matcher/matcher.safetensors"]
