@@ -178,15 +178,17 @@ def test_acceptance_pointing_game_on_a_sample(sample_eval):
 def test_supports_separate_true_from_wrong_better_than_chance(sample_eval):
     r = sample_eval
     assert r["calibrated"]
-    assert r["faithfulness_auc"] > 0.55
+    assert r["faithfulness_auc"] > 0.6
     # Relations are checked on the maps (left/right/above/below), which works.
     assert r["faithfulness_auc_by_error"]["relation"] > 0.7
+    # Counts are read by the matching head (engine/grounding/matcher.py): 0.51 without it.
+    assert r["faithfulness_auc_by_error"]["count"] > 0.8
     assert r["chunking"]["object_phrase_recall"] > 0.97
 
 
 @needs_model
 @pytest.mark.xfail(strict=True, reason="the shipped sceneworld-mini does not tell object kinds apart "
-                   "(kind top-1 among 22 kinds: 0.07 for large objects), so object and count errors "
-                   "are at chance; see docs/grounding.md")
+                   "(kind top-1 among 22 kinds: 0.07 for large objects; its matching head has not learnt "
+                   "them either), so object errors are at chance; see docs/grounding.md")
 def test_acceptance_faithfulness_auc(sample_eval):
     assert sample_eval["faithfulness_auc"] >= 0.90

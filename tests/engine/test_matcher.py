@@ -85,9 +85,10 @@ def test_grounder_uses_a_present_matcher(base_dir, tmp_path) -> None:
     from engine.sceneworld import render_scene
 
     model_dir = tmp_path / "sceneworld-mini"
-    shutil.copytree(base_dir, model_dir)
+    shutil.copytree(base_dir, model_dir, ignore=shutil.ignore_patterns(MATCHER_DIR))
     plain = SceneWorldMiniEmbedder(model_dir)
     key_without = calibration_key(plain)
+    assert "+matcher" not in key_without
     model = load_model(model_dir)
     torch.manual_seed(0)
     save_matcher(MiniMatcher.from_model(model), model_dir / MATCHER_DIR, {"test": True})
