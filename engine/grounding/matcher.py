@@ -175,7 +175,7 @@ def scene_texts(scene: Any) -> SceneTexts:
 
 @dataclass(frozen=True)
 class MatcherSettings:
-    n_scenes: int = 8000
+    n_scenes: int = 12000
     epochs: int = 2
     batch_scenes: int = 32
     lr: float = 5e-4
