@@ -183,7 +183,10 @@ class FakeHit:
     camera: str | None = None
 
 
-def test_a_hundred_thousand_results_load_only_visible_thumbnails(qtbot, qapp):
+def check_grid_requests_only_visible_thumbnails(qtbot, n: int, *, scroll_timeout_ms: int = 20000,
+                                                 wait_timeout_ms: int = 5000) -> None:
+    """A results grid of n rows asks only for the thumbnails on screen, at the top and after
+    jumping to the bottom, and the last row's thumbnail arrives (shared with the stress suite)."""
     from PIL import Image
 
     made: list[str] = []
@@ -204,9 +207,8 @@ def test_a_hundred_thousand_results_load_only_visible_thumbnails(qtbot, qapp):
     view.setModel(model)
     view.resize(1000, 700)
     view.show()
-    n = 120_000
-    model.set_hits([FakeHit(i + 1, f"/photos/{i:06d}.jpg", 1.0 - i / n) for i in range(n)])
-    qtbot.waitUntil(lambda: loader.requests > 0, timeout=5000)
+    model.set_hits([FakeHit(i + 1, f"/photos/{i:07d}.jpg", 1.0 - i / n) for i in range(n)])
+    qtbot.waitUntil(lambda: loader.requests > 0, timeout=wait_timeout_ms)
     qtbot.wait(200)
     per_screen = (1000 // 190 + 1) * (700 // 200 + 2)
     assert 0 < loader.requests <= per_screen * 2, loader.requests
@@ -215,20 +217,24 @@ def test_a_hundred_thousand_results_load_only_visible_thumbnails(qtbot, qapp):
     last = model.index(n - 1)
 
     def at_bottom() -> bool:
-        # Batched layout places 120k items over several timer ticks (slower on a loaded machine):
+        # Batched layout places the items over several timer ticks (slower on a loaded machine):
         # keep asking for the bottom until the last item is really on screen.
         view.scrollToBottom()
         return view.visualRect(last).intersects(view.viewport().rect())
 
-    qtbot.waitUntil(at_bottom, timeout=20000)
-    qtbot.waitUntil(lambda: loader.requests > first_batch, timeout=5000)
+    qtbot.waitUntil(at_bottom, timeout=scroll_timeout_ms)
+    qtbot.waitUntil(lambda: loader.requests > first_batch, timeout=wait_timeout_ms)
     qtbot.wait(200)
     assert loader.requests <= first_batch + per_screen * 2
     view.setCurrentIndex(last)
     assert view.currentIndex().row() == n - 1
-    qtbot.waitUntil(lambda: model.index(n - 1).data(ThumbnailStateRole) == "ready", timeout=5000)
+    qtbot.waitUntil(lambda: model.index(n - 1).data(ThumbnailStateRole) == "ready", timeout=wait_timeout_ms)
     assert len(made) <= loader.requests
     loader.shutdown()
+
+
+def test_a_hundred_thousand_results_load_only_visible_thumbnails(qtbot, qapp):
+    check_grid_requests_only_visible_thumbnails(qtbot, 120_000)
 
 
 def test_thumbnail_loader_keeps_only_recent_requests(qtbot):

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import DecodeError, QueryError
+from tests.engine.test_decode import _mutate  # one byte-level mutator for both property suites
 from tests.reliability.conftest import last_progress
 
 PROPERTY_SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
@@ -75,23 +76,6 @@ _mutations = st.lists(st.one_of(
     st.tuples(st.just("insert"), st.floats(0, 1), st.binary(min_size=1, max_size=32)),
     st.tuples(st.just("overwrite"), st.floats(0, 1), st.binary(min_size=1, max_size=16)),
 ), min_size=1, max_size=4)
-
-
-def _mutate(data: bytes, mutations: list[tuple]) -> bytes:
-    buf = bytearray(data)
-    for m in mutations:
-        if not buf:
-            break
-        at = min(int(m[1] * len(buf)), len(buf) - 1)
-        if m[0] == "truncate":
-            del buf[at:]
-        elif m[0] == "flip":
-            buf[at] ^= m[2]
-        elif m[0] == "insert":
-            buf[at:at] = m[2]
-        else:
-            buf[at : at + len(m[2])] = m[2]
-    return bytes(buf)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning", "ignore::PIL.Image.DecompressionBombWarning")
