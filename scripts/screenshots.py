@@ -2,14 +2,10 @@
 
     .venv/bin/python scripts/screenshots.py            # starts its own Xvfb if there is no $DISPLAY
 
-Everything happens in a temporary LONGLENS_HOME: the demo model (a tiny BLIP with random,
-untrained weights, as `longlens demo` installs it) and the demo photos are set up, the photos
-are indexed through the library view, a paragraph search runs, a result is opened in the
-inspector and a caption file is reviewed. Needs Xvfb (`apt-get install xvfb`).
-
-Grounding is not implemented yet, so the real inspector shows no overlay. One extra picture
-(inspector-overlay-illustration.png) feeds the inspector the test suite's stand-in grounder
-to show what the overlay UI looks like; its phrases' maps mean nothing.
+Everything happens in a temporary LONGLENS_HOME: the SceneWorld demo collection is generated
+(as `longlens demo` does) and indexed through the library view with the bundled sceneworld-mini,
+a paragraph search runs, the top result is opened in the inspector with a phrase's real grounding
+overlay, and a caption file is reviewed. Needs Xvfb (`apt-get install xvfb`).
 """
 
 from __future__ import annotations
