@@ -159,6 +159,7 @@ class SceneTexts:
     positives: list[str]  # true captions and paragraph sentences
     phrases: list[str]  # object phrases of true texts
     negatives: list[tuple[str, str]]  # (one-detail-wrong caption, the true caption it came from)
+    negative_types: list[str]  # each negative's error type (attribute, relation, count, object)
     wrong_phrases: list[str]  # the phrases those corruptions introduced
 
 
@@ -170,7 +171,7 @@ def scene_texts(scene: Any) -> SceneTexts:
     wrong = sorted({p.text for n in scene.negatives for p in n.phrases
                     if p.kind == "object" and p.text not in true_phrases})
     negatives = [(n.text, scene.positives[n.source_index].text) for n in scene.negatives]
-    return SceneTexts(pos, sorted(true_phrases), negatives, wrong)
+    return SceneTexts(pos, sorted(true_phrases), negatives, [n.error_type for n in scene.negatives], wrong)
 
 
 @dataclass(frozen=True)
@@ -183,13 +184,17 @@ class MatcherSettings:
     weight_decay: float = 0.05
     layers: int = 2
     seed: int = 0
+    object_share: float = 0.0  # extra share of object-kind negatives (see _sample_pairs)
 
 
-def _sample_pairs(texts: list[SceneTexts], rng: np.random.Generator) -> tuple[list[str], list[int], list[float]]:
+def _sample_pairs(texts: list[SceneTexts], rng: np.random.Generator,
+                  object_share: float = 0.0) -> tuple[list[str], list[int], list[float]]:
     """Four texts per scene: a one-detail-wrong caption and the true caption it was made from
     (so the only difference to learn from is the detail), a true phrase or sentence, and
     either a wrong phrase or a text of another scene (the easy negative that keeps global
-    matching honest). Returns texts, owner (scene index in the batch) and labels."""
+    matching honest). With probability `object_share` the wrong caption is one whose object kind
+    was changed, when the scene has one (kinds are what the vision tower knows least).
+    Returns texts, owner (scene index in the batch) and labels."""
     out_t: list[str] = []
     owner: list[int] = []
     label: list[float] = []
@@ -201,7 +206,11 @@ def _sample_pairs(texts: list[SceneTexts], rng: np.random.Generator) -> tuple[li
 
     n = len(texts)
     for i, st in enumerate(texts):
-        wrong, source = st.negatives[int(rng.integers(len(st.negatives)))]
+        kinds = [k for k, t in enumerate(st.negative_types) if t == "object"]
+        if kinds and rng.random() < object_share:
+            wrong, source = st.negatives[kinds[int(rng.integers(len(kinds)))]]
+        else:
+            wrong, source = st.negatives[int(rng.integers(len(st.negatives)))]
         add(i, source, 1.0)
         add(i, wrong, 0.0)
         pool = st.phrases + st.positives
@@ -265,7 +274,7 @@ def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSe
                 return
             idx = order[b * s.batch_scenes:(b + 1) * s.batch_scenes]
             pix = torch.from_numpy(pixels_from_uint8(renders[idx])).to(device)
-            batch_texts, owner, labels = _sample_pairs([texts[i] for i in idx], rng)
+            batch_texts, owner, labels = _sample_pairs([texts[i] for i in idx], rng, s.object_share)
             ids, mask = tokenize(tokenizer, batch_texts, MAX_TOKENS)
             tokens = matcher.image_tokens(pix)
             logits = matcher(tokens[torch.as_tensor(owner, device=device)], ids.to(device), mask.to(device))
@@ -306,8 +315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=MatcherSettings.epochs)
     ap.add_argument("--seed", type=int, default=MatcherSettings.seed)
     ap.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps")
+    ap.add_argument("--object-share", type=float, default=MatcherSettings.object_share,
+                    help="probability of picking an object-kind negative when a scene has one")
     args = ap.parse_args(argv)
-    s = MatcherSettings(n_scenes=args.n_scenes, epochs=args.epochs, seed=args.seed)
+    s = MatcherSettings(n_scenes=args.n_scenes, epochs=args.epochs, seed=args.seed, object_share=args.object_share)
     out = args.out or args.model_dir / MATCHER_DIR
     last = 0.0
     for p in train_matcher(args.model_dir, out, s, checkpoint_every=args.checkpoint_every):

@@ -56,6 +56,27 @@ def test_pairs_put_each_wrong_caption_beside_its_source() -> None:
         assert source in texts[i].positives
 
 
+def test_object_share_favours_kind_errors() -> None:
+    texts = [scene_texts(s) for s in generate_scenes(0, 0, 40)]
+    with_kind = [t for t in texts if "object" in t.negative_types]
+    assert with_kind
+
+    def kind_rate(share: float) -> float:
+        rng = np.random.default_rng(3)
+        hits = total = 0
+        for _ in range(20):
+            t, owner, _ = _sample_pairs(with_kind, rng, share)
+            for i, st in enumerate(with_kind):
+                wrong = t[[k for k, o in enumerate(owner) if o == i][1]]
+                types = [ty for (w, _), ty in zip(st.negatives, st.negative_types, strict=True) if w == wrong]
+                hits += "object" in types
+                total += 1
+        return hits / total
+
+    assert kind_rate(1.0) == 1.0
+    assert kind_rate(0.0) < 0.6
+
+
 def test_training_lowers_the_loss_saves_and_reloads(base_dir, tmp_path) -> None:
     torch.set_num_threads(1)
     s = MatcherSettings(n_scenes=64, epochs=6, batch_scenes=16, lr=1e-3, warmup_steps=2)
