@@ -37,9 +37,11 @@ class ImageMeta:
     format: str | None = None
 
 
-@dataclass
-class ImageRecord:
-    id: int
+@dataclass(kw_only=True)
+class ImageFields:
+    """What the catalog stores about one image file: shared by its rows (ImageRecord) and its
+    batch writes (engine.catalog.ImageWrite)."""
+
     library_id: int
     rel_path: str
     size: int
@@ -53,6 +55,11 @@ class ImageRecord:
     camera_make: str | None = None
     camera_model: str | None = None
     orientation: int | None = None
+
+
+@dataclass(kw_only=True)
+class ImageRecord(ImageFields):
+    id: int
 
 
 @dataclass

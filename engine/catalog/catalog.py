@@ -19,6 +19,7 @@ from engine.types import (
     LIBRARY_ONLINE,
     STATUS_DELETED,
     STATUS_OK,
+    ImageFields,
     ImageRecord,
     Library,
 )
@@ -38,23 +39,10 @@ _IMAGE_FIELDS = (
 )
 
 
-@dataclass
-class ImageWrite:
+@dataclass(kw_only=True)
+class ImageWrite(ImageFields):
     """One image row to insert or update in a batch, optionally with its embedding."""
 
-    library_id: int
-    rel_path: str
-    size: int
-    mtime_ns: int
-    content_hash: str | None
-    status: str
-    reason: str | None = None
-    width: int | None = None
-    height: int | None = None
-    exif_date: str | None = None
-    camera_make: str | None = None
-    camera_model: str | None = None
-    orientation: int | None = None
     image_id: int | None = None  # set: update this row (changed file, or moved row with new path)
     vector: np.ndarray | None = None
 
