@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,3 +75,26 @@ def run_to_end(job: Iterator[Progress]) -> Progress | None:
     for report in job:
         last = report
     return last
+
+
+@contextmanager
+def first_interrupt_cancels(token: CancelToken, message: str) -> Iterator[None]:
+    """Within the block, the first Ctrl+C cancels `token` (printing `message` to stderr) and a
+    second one raises KeyboardInterrupt as usual. Why: a KeyboardInterrupt raised inside a job's
+    generator would end it without its checkpoint; a cancel lets it stop cleanly. Signal handlers
+    can only be set from the main thread; elsewhere the block runs unchanged."""
+    import signal
+    import sys
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        token.cancel()
+        print(message, file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
+    try:
+        yield
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)

@@ -83,39 +83,28 @@ def register(sub: Any) -> None:
 def _drive(make_job: Any, quiet: bool) -> Any:
     """Run make_job(token) under a progress bar on stderr (images, rate, ETA, requests, failures).
     The first Ctrl+C lets images in flight finish their current request and keeps what is written."""
-    import signal
-    import threading
-
     from tqdm import tqdm
 
-    from engine.jobs import CancelToken
+    from engine.jobs import CancelToken, first_interrupt_cancels
 
     token = CancelToken()
     job = make_job(token)
     bar = None
     last = None
 
-    def on_interrupt(signum: int, frame: Any) -> None:
-        token.cancel()
-        print("\nstopping: finishing requests in flight (Ctrl+C again to abort) ...", file=sys.stderr)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
     try:
-        for last in job:
-            if quiet or last.stage == "done" or last.total is None:
-                continue
-            if bar is None:
-                bar = tqdm(total=last.total, desc=last.stage, unit="img", file=sys.stderr, dynamic_ncols=True)
-                if last.message:
-                    bar.write(last.message, file=sys.stderr)
-            bar.set_postfix_str(f"req {last.extra.get('requests', 0)} retry {last.extra.get('retries', 0)} "
-                                f"failed {last.extra.get('failed', 0)}", refresh=False)
-            bar.update(max(last.done - bar.n, 0))
+        with first_interrupt_cancels(token, "\nstopping: finishing requests in flight (Ctrl+C again to abort) ..."):
+            for last in job:
+                if quiet or last.stage == "done" or last.total is None:
+                    continue
+                if bar is None:
+                    bar = tqdm(total=last.total, desc=last.stage, unit="img", file=sys.stderr, dynamic_ncols=True)
+                    if last.message:
+                        bar.write(last.message, file=sys.stderr)
+                bar.set_postfix_str(f"req {last.extra.get('requests', 0)} retry {last.extra.get('retries', 0)} "
+                                    f"failed {last.extra.get('failed', 0)}", refresh=False)
+                bar.update(max(last.done - bar.n, 0))
     finally:
-        if in_main:
-            signal.signal(signal.SIGINT, previous)
         if bar is not None:
             bar.close()
     return last

@@ -89,7 +89,7 @@ def _drive(make_job: Any, quiet: bool) -> Any:
     shows loss, lr, steps/s and ETA. Ctrl+C asks the job to stop; it checkpoints and ends cleanly."""
     from tqdm import tqdm
 
-    from engine.jobs import CancelToken
+    from engine.jobs import CancelToken, first_interrupt_cancels
 
     token = CancelToken()
     job = make_job(token)
@@ -115,23 +115,10 @@ def _drive(make_job: Any, quiet: bool) -> Any:
                 bar.set_postfix_str(f"loss {last.extra['loss']:.4f} lr {last.extra['lr']:.2e}", refresh=False)
             bar.update(max(last.done - bar.n, 0))
 
-    import signal
-    import threading
-
-    def on_interrupt(signum: int, frame: Any) -> None:
-        # A KeyboardInterrupt raised inside the job's generator would end it without a checkpoint;
-        # the first Ctrl+C only asks it to stop, a second one interrupts for real.
-        token.cancel()
-        print("\nstopping after the current step (Ctrl+C again to abort) ...", file=sys.stderr)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_interrupt) if in_main else None
     try:
-        consume()
+        with first_interrupt_cancels(token, "\nstopping after the current step (Ctrl+C again to abort) ..."):
+            consume()
     finally:
-        if in_main:
-            signal.signal(signal.SIGINT, previous)
         for b in bars.values():
             b.close()
     return last
