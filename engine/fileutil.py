@@ -1,10 +1,15 @@
-"""Crash-safe file writes: temp file in the same folder, fsync, atomic rename, fsync the folder."""
+"""Crash-safe file writes (temp file in the same folder, fsync, atomic rename, fsync the folder)
+and the one streaming SHA-256 of a file."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+_HASH_CHUNK = 1 << 20
 
 
 def fsync_dir(folder: Path) -> None:
@@ -38,3 +43,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def sha256_file(path: Path, *, on_bytes: Callable[[int], None] | None = None) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks; on_bytes(n) after each chunk (progress)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+            if on_bytes is not None:
+                on_bytes(len(chunk))
+    return h.hexdigest()

@@ -16,7 +16,6 @@ true and a one-detail-wrong text are equally likely.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -130,11 +129,9 @@ def weights_sha256(model_dir: Path | None, name: str = "model.safetensors") -> s
         pass
     path = model_dir / name
     if path.is_file():
-        h = hashlib.sha256()
-        with path.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        from engine.fileutil import sha256_file
+
+        return sha256_file(path)
     return ""
 
 

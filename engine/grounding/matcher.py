@@ -142,15 +142,6 @@ def add_to_manifest(model_dir: Path) -> bool:
     return True
 
 
-def matcher_sha256(model_dir: Path) -> str | None:
-    import hashlib
-
-    path = Path(model_dir) / MATCHER_DIR / WEIGHTS
-    if not path.is_file():
-        return None
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 # --------------------------------------------------------------------------- training data
 
 

@@ -8,7 +8,6 @@ scan, and never when the root itself is missing (an unmounted drive is not a del
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,6 +20,7 @@ import numpy as np
 
 from engine.catalog import Catalog, ImageWrite
 from engine.errors import DecodeError
+from engine.fileutil import sha256_file
 from engine.index.store import IndexStore
 from engine.index.vector_index import VectorIndex
 from engine.indexing.decode import SUPPORTED_EXTENSIONS, decode_image
@@ -37,22 +37,17 @@ from engine.types import (
     ImageRecord,
 )
 
-HASH_CHUNK = 1 << 20
 # A cancel must take effect within about a second (reliability checklist 23). The model runs in
 # a helper thread while the job polls the cancel token this often, so a cancel returns at once
 # however long the batch takes (its result is then discarded). Splitting batches into chunks short
 # enough to wait for would cost throughput: on the CPU the full-size BLIP runs 2-3x faster per image
 # at batch 8 than at batch 1 (docs/benchmarks.md).
-CANCEL_LATENCY_S = 0.4
 CANCEL_POLL_S = 0.05
 
 
 def content_hash(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+    """The catalog's content hash of a file: its SHA-256 (moves and copies are found by it)."""
+    return sha256_file(path)
 
 
 @dataclass

@@ -11,12 +11,11 @@ torch, transformers and the BLIP backend are imported only inside `load_embedder
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine.config import Paths
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.fileutil import sha256_file  # noqa: F401  (re-exported: models code imports it from here)
 
 if TYPE_CHECKING:
     from engine.models.base import Embedder
@@ -42,8 +42,6 @@ IGNORED_JUNK = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-
-_HASH_CHUNK = 4 * 1024 * 1024
 
 
 def check_model_name(name: str) -> str:
@@ -275,16 +273,6 @@ def how_to_get(name: str) -> str:
 
 
 # --- Hashing and manifests -------------------------------------------------------------------
-
-
-def sha256_file(path: Path, *, on_bytes: Callable[[int], None] | None = None) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-            if on_bytes is not None:
-                on_bytes(len(chunk))
-    return h.hexdigest()
 
 
 def read_manifest(model_dir: Path) -> dict[str, Any]:

@@ -20,7 +20,6 @@ stored at creation and compared on every open, so embeddings from two models nev
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -45,7 +44,6 @@ CACHE_VERSION = 1
 # Probe embeddings of the same tower agree to ~1e-3 across devices and dtypes (fp16 on a GPU,
 # fp32 on the CPU); two different towers are far apart.
 PROBE_MIN_COSINE = 0.99
-_HASH_CHUNK = 1 << 20
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -61,11 +59,10 @@ class CacheError(LonglensError):
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+    """An image's key in the cache: the same SHA-256 content hash as the catalog's."""
+    from engine.indexing.pipeline import content_hash
+
+    return content_hash(path)
 
 
 def probe_image() -> Any:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError, LonglensError
+from engine.fileutil import sha256_file
 from engine.jobs import CancelToken, Progress
 
 if TYPE_CHECKING:
@@ -56,19 +57,11 @@ def default_cache_dir(paths: Paths, base: BaseModel) -> Path:
     return paths.cache / "train-embeddings" / f"{base.name}-{digest}"
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _fingerprint(req: TrainRequest, base_name: str) -> dict[str, Any]:
     return {
         "config": req.config.to_dict(),
         "data": str(req.data.resolve()),
-        "data_sha256": _file_sha256(req.data),
+        "data_sha256": sha256_file(req.data),
         "base": base_name,
         "init_text_tower": str(req.init_text_tower) if req.init_text_tower else None,
     }

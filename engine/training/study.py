@@ -14,7 +14,6 @@ Evaluation uses scenes with seeds ≥ 1000 (never trained on).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -36,12 +35,9 @@ _EVAL_MEMO: dict[tuple, Any] = {}
 
 def _weights_id(folder: Path) -> str:
     """Identity of a base's weights (its vision tower lives in model.safetensors)."""
-    weights = folder / "model.safetensors"
-    h = hashlib.sha256()
-    with open(weights, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()[:16]
+    from engine.fileutil import sha256_file
+
+    return sha256_file(folder / "model.safetensors")[:16]
 
 
 def base_temperature(base_model_dir: Path) -> float:
