@@ -52,7 +52,7 @@ class MiniImageFeatures:
     global_emb: np.ndarray  # (D,) normalised
     patches: np.ndarray  # (len(SHIFTS), G*G, D) normalised patch embeddings
     pixels: torch.Tensor  # (1, 3, S, S), kept for Grad-CAM
-    match_tokens: torch.Tensor | None = None  # (1, G*G, width): the matcher's image tokens
+    match_tokens: torch.Tensor | None = None  # (len(SHIFTS), G*G, width): the matcher's image tokens
 
 
 class MiniGrounder(BaseGrounder):
@@ -68,6 +68,14 @@ class MiniGrounder(BaseGrounder):
         "relation": ["geometry", "debiased_similarity", "match_logit"],
         "sentence": ["match_logit", "debiased_similarity", "min_phrase_match", "min_relation_geometry"],
     }
+    # A head with phrase-patch alignment adds each phrase's best patch alignment (does anything
+    # in the image look like what the phrase says?) and draws the maps from it.
+    alignment_feature_names = {
+        "phrase": ["match_logit", "align_max", "debiased_similarity"],
+        "relation": ["geometry", "debiased_similarity", "match_logit"],
+        "sentence": ["match_logit", "debiased_similarity", "min_phrase_match", "min_relation_geometry",
+                     "min_phrase_align"],
+    }
 
     def __init__(self, embedder: Any, calibration: Calibration | None = None, *, method: str = "patch",
                  gradcam_layer: int = -1, stats: dict[str, list[float]] | None = None,
@@ -81,13 +89,17 @@ class MiniGrounder(BaseGrounder):
             model_dir = model_dir_of(embedder)
             if model_dir is not None:
                 self.matcher = load_matcher(model_dir, embedder.cfg, str(embedder.device))
+        self.aligned = self.matcher is not None and self.matcher.has_alignment
         if self.matcher is not None:
-            self.feature_names = self.matcher_feature_names
-        if method not in ("patch", "gradcam"):
-            raise ValueError("method must be 'patch' or 'gradcam'")
+            self.feature_names = self.alignment_feature_names if self.aligned else self.matcher_feature_names
+        if method not in ("patch", "gradcam", "align"):
+            raise ValueError("method must be 'patch', 'gradcam' or 'align'")
+        if method == "align" and not self.aligned:
+            raise ValueError("method 'align' needs a matching head trained with phrase-patch alignment")
         self.kind = method
         self.gradcam_layer = gradcam_layer
-        self.method = "patch-similarity-shifted" if method == "patch" else f"gradcam-layer{gradcam_layer}"
+        self.method = {"patch": "patch-similarity-shifted", "align": "phrase-patch-alignment-shifted"}.get(
+            method, f"gradcam-layer{gradcam_layer}")
         self.grid = int(embedder.cfg.grid)
         self._stats: dict[str, np.ndarray] = {}
         if stats is None and calibration is not None:
@@ -132,7 +144,7 @@ class MiniGrounder(BaseGrounder):
         ])
         p = emb.model.vision.patch_embeddings(batch).float()
         g = F.normalize(p[0].mean(0), dim=-1)  # unshifted: exactly the image embedding
-        tokens = self.matcher.image_tokens(x) if self.matcher is not None else None
+        tokens = self.matcher.image_tokens(batch) if self.matcher is not None else None
         return MiniImageFeatures(g.cpu().numpy(), F.normalize(p, dim=-1).cpu().numpy(), x, tokens)
 
     @torch.inference_mode()
@@ -145,8 +157,27 @@ class MiniGrounder(BaseGrounder):
 
         ids, mask = tokenize(self.embedder.tokenizer, texts, MAX_TOKENS)
         device = feats.match_tokens.device
-        tokens = feats.match_tokens.expand(len(texts), -1, -1)
+        tokens = feats.match_tokens[:1].expand(len(texts), -1, -1)
         return self.matcher(tokens, ids.to(device), mask.to(device)).float().cpu().numpy()
+
+    @torch.inference_mode()
+    def align_maps(self, feats: MiniImageFeatures, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Phrase-patch alignment: (k, MAP_GRID, MAP_GRID) probability maps (shift-averaged) and
+        each phrase's best unshifted patch logit."""
+        from engine.grounding.matcher import MAX_TOKENS
+        from engine.models.demo import tokenize
+
+        assert self.matcher is not None and feats.match_tokens is not None
+        k, s = len(texts), len(SHIFTS)
+        ids, mask = tokenize(self.embedder.tokenizer, texts, MAX_TOKENS)
+        device = feats.match_tokens.device
+        tokens = feats.match_tokens[None].expand(k, -1, -1, -1).reshape(k * s, *feats.match_tokens.shape[1:])
+        logits = self.matcher.align_logits(tokens, ids.to(device).repeat_interleave(s, 0),
+                                           mask.to(device).repeat_interleave(s, 0)).float()
+        logits = logits.reshape(k, s, self.grid, self.grid)
+        best = logits[:, 0].flatten(1).amax(1).cpu().numpy()
+        probs = torch.sigmoid(logits).transpose(0, 1).cpu().numpy()  # (S, k, g, g)
+        return self._unshift(probs), best
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -162,16 +193,21 @@ class MiniGrounder(BaseGrounder):
             return self._gradcam_maps(feats, text_emb)
         q = text_emb - self._stat("text_prior")[None]
         g = self.grid
+        return self._unshift(np.einsum("spd,kd->skp", feats.patches, q).reshape(len(SHIFTS), len(q), g, g))
+
+    def _unshift(self, m: np.ndarray) -> np.ndarray:
+        """(len(SHIFTS), k, G, G) maps of the shifted inputs -> (k, MAP_GRID, MAP_GRID) averaged
+        in original image coordinates."""
         size = self.embedder.image_size
-        cell = size // g
-        m = np.einsum("spd,kd->skp", feats.patches, q).reshape(len(SHIFTS), len(q), g, g)
+        cell = size // self.grid
+        k = m.shape[1]
         up = np.repeat(np.repeat(m, cell, axis=2), cell, axis=3)  # (S, k, size, size)
-        acc = np.zeros((len(q), size, size), np.float32)
+        acc = np.zeros((k, size, size), np.float32)
         for s, (dy, dx) in enumerate(SHIFTS):
             # The content moved by (+dy, +dx): original pixel y is shifted pixel y + dy.
             acc += np.pad(up[s], ((0, 0), (0, dy), (0, dx)), mode="edge")[:, dy:, dx:]
         f = size // MAP_GRID
-        return (acc / len(SHIFTS)).reshape(len(q), MAP_GRID, f, MAP_GRID, f).mean(axis=(2, 4))
+        return (acc / len(SHIFTS)).reshape(k, MAP_GRID, f, MAP_GRID, f).mean(axis=(2, 4))
 
     def _gradcam_maps(self, feats: MiniImageFeatures, text_emb: np.ndarray) -> np.ndarray:
         vis = self.embedder.model.vision
@@ -217,10 +253,14 @@ class MiniGrounder(BaseGrounder):
             ph_match, sent_match = logits[: len(claims)], logits[len(claims):]
 
         nouns = [i for i, p in enumerate(phrases) if p.kind != "relation"]
-        maps = np.zeros((len(phrases), MAP_GRID if self.kind == "patch" else self.grid,
-                         MAP_GRID if self.kind == "patch" else self.grid), np.float32)
+        side = self.grid if self.kind == "gradcam" else MAP_GRID
+        maps = np.zeros((len(phrases), side, side), np.float32)
+        ph_align = np.zeros(len(phrases), np.float32)
         if nouns:
-            raw = self.phrase_maps(feats, ph_emb[nouns])
+            if self.aligned:
+                align_raw, best = self.align_maps(feats, [claims[i] for i in nouns])
+                ph_align[nouns] = best
+            raw = align_raw if self.kind == "align" else self.phrase_maps(feats, ph_emb[nouns])
             for j, i in enumerate(nouns):
                 maps[i] = normalise(raw[j])
         levels, x = [], []
@@ -234,7 +274,8 @@ class MiniGrounder(BaseGrounder):
                 x.append([geo, float(ph_sim[i])] + ([float(ph_match[i])] if with_matcher else []))
             else:
                 levels.append("phrase")
-                x.append(([float(ph_match[i])] if with_matcher else []) + [float(ph_sim[i])])
+                x.append(([float(ph_match[i])] if with_matcher else [])
+                         + ([float(ph_align[i])] if self.aligned else []) + [float(ph_sim[i])])
         sx = []
         for si in range(len(sentences)):
             own = [k for k, s in enumerate(chunking.phrase_sentence) if s == si]
@@ -242,6 +283,9 @@ class MiniGrounder(BaseGrounder):
             rels = [x[k][0] for k in own if levels[k] == "relation"]
             own_sent = float(sent_match[si]) if with_matcher else float(sent_sim[si])
             row = [float(sent_sim[si]), min(nps) if nps else own_sent, min(rels) if rels else 0.0]
+            if self.aligned:
+                aligns = [x[k][1] for k in own if levels[k] == "phrase"]
+                row.append(min(aligns) if aligns else 0.0)
             sx.append([own_sent, *row] if with_matcher else row)
         return Analysis(text, chunking, maps, levels, x, sx)
 

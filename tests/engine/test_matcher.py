@@ -79,9 +79,10 @@ def test_object_share_favours_kind_errors() -> None:
 
 def test_training_lowers_the_loss_saves_and_reloads(base_dir, tmp_path) -> None:
     torch.set_num_threads(1)
-    s = MatcherSettings(n_scenes=64, epochs=6, batch_scenes=16, lr=1e-3, warmup_steps=2)
+    s = MatcherSettings(n_scenes=64, epochs=6, batch_scenes=16, lr=1e-3, warmup_steps=2, dense_weight=0.0,
+                        align_weight=0.0)
     steps = [p for p in train_matcher(base_dir, tmp_path / MATCHER_DIR, s) if p.stage == "train"]
-    losses = [float(p.message.rsplit("loss ", 1)[1]) for p in steps]
+    losses = [sum(float(v) for v in p.message.rsplit("loss ", 1)[1].split(" + ")) for p in steps]
     assert losses[-1] < losses[0], losses
     model = load_model(base_dir)
     m = load_matcher(tmp_path, model.cfg)
@@ -147,3 +148,102 @@ def test_a_matcher_added_to_a_model_folder_verifies(base_dir, tmp_path) -> None:
     assert verify_dir(model_dir).ok
     (model_dir / MATCHER_DIR / "matcher.safetensors").write_bytes(b"tampered")
     assert [c.filename for c in verify_dir(model_dir).failures] == ["matcher/matcher.safetensors"]
+
+
+def test_patch_labels_name_the_object_under_each_patch() -> None:
+    from engine.grounding.matcher import LABEL_FIELDS, _label_vocab, object_patches, patch_labels
+    from engine.sceneworld import render_scene
+
+    vocab = _label_vocab()
+    for scene in generate_scenes(0, 0, 5):
+        _, masks = render_scene(scene, 128)
+        covers = object_patches(masks, 8)
+        labels = patch_labels(scene, masks, 8)
+        assert labels.shape == (64, len(LABEL_FIELDS)) and covers.shape == (len(scene.objects), 64)
+        for k, o in enumerate(scene.objects):
+            if masks[k].mean() < 0.02:
+                continue  # mostly hidden: may own no patch
+            mine = np.flatnonzero(covers[k] & (labels[:, 0] == vocab["kind"].index(o.kind) + 1))
+            assert len(mine), (o.kind, o.box_norm)
+            row = labels[mine[0]]
+            assert row[1] == vocab["colour"].index(o.colour) + 1 and row[3] == vocab["size"].index(o.size) + 1
+        outside = ~covers.any(axis=0)
+        assert (labels[outside, 0] == 0).all()
+
+
+def test_align_loss_targets_the_referred_patches(base_dir) -> None:
+    from engine.grounding.matcher import _align_loss, render_with_labels
+    from engine.models.demo import build_tokenizer, pixels_from_uint8
+
+    scenes = generate_scenes(0, 0, 4)
+    images, _, covers = render_with_labels(scenes, 64, 8)
+    texts = [scene_texts(s) for s in scenes]
+    for st, sc in zip(texts, scenes, strict=True):
+        assert st.aligned and all(ids and max(ids) < len(sc.objects) for _, ids in st.aligned)
+        assert not set(st.misaligned) & {t for t, _ in st.aligned}
+    model = load_model(base_dir)
+    torch.manual_seed(0)
+    m = MiniMatcher.from_model(model)
+    tokens = m.image_tokens(torch.from_numpy(pixels_from_uint8(images)))
+    loss = _align_loss(m, tokens, texts, covers, np.random.default_rng(0), build_tokenizer())
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    loss.backward()
+    assert m.align_img.weight.grad is not None and m.align_img.weight.grad.abs().sum() > 0
+    assert m.vision.stem[0].weight.grad.abs().sum() > 0  # it teaches the vision tokens too
+
+
+def test_alignment_training_reloads_and_feeds_the_grounder(base_dir, tmp_path) -> None:
+    from engine.grounding.mini import MAP_GRID, MiniGrounder
+    from engine.sceneworld import render_scene
+
+    torch.set_num_threads(1)
+    model_dir = tmp_path / "sceneworld-mini"
+    shutil.copytree(base_dir, model_dir, ignore=shutil.ignore_patterns(MATCHER_DIR))
+    s = MatcherSettings(n_scenes=48, epochs=4, batch_scenes=16, warmup_steps=2, dense_weight=1.0, align_weight=1.0)
+    steps = [p for p in train_matcher(model_dir, model_dir / MATCHER_DIR, s) if p.stage == "train"]
+    parts = [[float(v) for v in p.message.rsplit("loss ", 1)[1].split(" + ")] for p in steps]
+    assert all(len(x) == 3 for x in parts)  # match, patch labels, alignment
+    assert parts[-1][1] < parts[0][1] and parts[-1][2] < parts[0][2], parts
+    emb = SceneWorldMiniEmbedder(model_dir)
+    g = MiniGrounder(emb)
+    assert g.matcher is not None and g.matcher.has_alignment and g.aligned
+    scene = generate_scenes(1000, 0, 1)[0]
+    image = render_scene(scene, 256)[0]
+    feats = g.image_features(image)
+    a = g.analyse(None, scene.positives[0].text, feats=feats)
+    assert len(a.sentence_x[0]) == len(g.feature_names["sentence"]) == 5
+    nouns = [k for k, lv in enumerate(a.phrase_levels) if lv == "phrase"]
+    assert nouns and all(len(a.phrase_x[k]) == 3 for k in nouns)
+    claims = [a.chunking.phrases[k].claim for k in nouns]
+    maps, best = g.align_maps(feats, claims)
+    assert maps.shape == (len(nouns), MAP_GRID, MAP_GRID) and ((maps >= 0) & (maps <= 1)).all()
+    assert [a.phrase_x[k][1] for k in nouns] == pytest.approx(best.tolist(), abs=1e-5)
+    aligned = MiniGrounder(emb, method="align")
+    b = aligned.analyse(None, scene.positives[0].text, feats=feats)
+    assert b.maps.shape[1:] == (MAP_GRID, MAP_GRID)
+    np.testing.assert_allclose(b.maps[nouns[0]], (maps[0] - maps[0].min()) / (maps[0].max() - maps[0].min()),
+                               atol=1e-5)
+
+
+def test_a_head_without_alignment_still_loads(base_dir, tmp_path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from engine.errors import ModelIntegrityError
+    from engine.grounding.mini import MiniGrounder
+
+    model_dir = tmp_path / "sceneworld-mini"
+    shutil.copytree(base_dir, model_dir, ignore=shutil.ignore_patterns(MATCHER_DIR))
+    model = load_model(model_dir)
+    save_matcher(MiniMatcher.from_model(model), model_dir / MATCHER_DIR, {"settings": {"align_weight": 1.0}})
+    weights = model_dir / MATCHER_DIR / "matcher.safetensors"
+    state = load_file(str(weights))
+    save_file({k: v for k, v in state.items() if not k.startswith("align_")}, str(weights))
+    m = load_matcher(model_dir, model.cfg)
+    assert m is not None and not m.has_alignment
+    g = MiniGrounder(SceneWorldMiniEmbedder(model_dir))
+    assert not g.aligned and "min_phrase_align" not in g.feature_names["sentence"]
+    with pytest.raises(ValueError, match="alignment"):
+        MiniGrounder(SceneWorldMiniEmbedder(model_dir), method="align")
+    save_file({**state, "stray.weight": torch.zeros(1)}, str(weights))
+    with pytest.raises(ModelIntegrityError, match="do not fit"):
+        load_matcher(model_dir, model.cfg)
