@@ -26,7 +26,7 @@ def get_grounder(embedder: Embedder, *, calibrated: bool = True, method: str | N
     """The grounder for `embedder`'s model, or None when none is available.
 
     calibrated=False ignores stored calibrations (used when fitting them); `method` picks a
-    map method ("patch" or "gradcam"; default: the backend's best measured one).
+    map method ("patch", "align" (sceneworld-mini with an aligned head) or "gradcam"; default: the backend's best measured one).
     Grounders are cached per embedder, so repeated GUI requests reuse loaded statistics.
     """
     key = (calibrated, method, tuple(sorted(options.items())))
@@ -57,7 +57,7 @@ def _build(embedder: Any, *, calibrated: bool, method: str | None, **options: An
     if cls_name == "SceneWorldMiniEmbedder":
         from engine.grounding.mini import MiniGrounder
 
-        return MiniGrounder(embedder, cal, method=method or "patch", **options)
+        return MiniGrounder(embedder, cal, method=method, **options)
     from engine.grounding.blip import BlipGrounder
 
     return BlipGrounder(embedder, cal, method=method or "gradcam", **options)

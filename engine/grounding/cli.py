@@ -1,6 +1,6 @@
 """`longlens ground` and `longlens check`: grounding from the command line.
 
-    longlens ground IMAGE "PARAGRAPH" --out DIR [--json] [--model NAME] [--method patch|gradcam]
+    longlens ground IMAGE "PARAGRAPH" --out DIR [--json] [--model NAME] [--method patch|align|gradcam]
     longlens check FILE --out REPORT.jsonl [--html REPORT.html] [--threshold 0.5] [--model NAME]
 
 Heavy imports (torch, the models) happen inside the command functions.
@@ -50,8 +50,9 @@ def register(sub: Any) -> None:
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model to ground with (default: the settings' model)")
-    p.add_argument("--method", choices=["patch", "gradcam"],
-                   help="map method (default: gradcam for BLIP, shifted patch similarity for sceneworld-mini)")
+    p.add_argument("--method", choices=["patch", "align", "gradcam"],
+                   help="map method (default: gradcam for BLIP; for sceneworld-mini its matching head's "
+                        "phrase-patch alignment, or shifted patch similarity when the head has none)")
     p.add_argument("--device", default="auto")
 
 

@@ -38,7 +38,7 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
@@ -488,17 +488,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--align-weight", type=float, default=MatcherSettings.align_weight,
                     help="weight of the phrase-patch alignment loss (0: off)")
     ap.add_argument("--init-from", type=Path, help="continue training the matcher in this folder")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="train this many runs in a row, each continuing the previous one on fresh scenes "
+                         "(seeds SEED, SEED+1, ...); the shipped head is 3 rounds")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     s = MatcherSettings(n_scenes=args.n_scenes, epochs=args.epochs, seed=args.seed, object_share=args.object_share,
                         dense_weight=args.dense_weight, align_weight=args.align_weight)
     out = args.out or args.model_dir / MATCHER_DIR
-    last = 0.0
-    for p in train_matcher(args.model_dir, out, s, checkpoint_every=args.checkpoint_every, init_from=args.init_from):
-        now = time.monotonic()
-        if now - last > 15 or p.stage in ("done", "data"):
-            last = now
-            eta = f" eta {p.eta_s / 60:.1f} min" if p.eta_s else ""
-            print(f"[matcher] {p.stage} {p.done}/{p.total} {p.message}{eta}", file=sys.stderr, flush=True)
+    import shutil
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="longlens-matcher-"))
+    init = args.init_from
+    try:
+        for r in range(args.rounds):
+            target = out if r == args.rounds - 1 else scratch / f"round{r}"
+            last = 0.0
+            for p in train_matcher(args.model_dir, target, replace(s, seed=s.seed + r),
+                                   checkpoint_every=args.checkpoint_every, init_from=init):
+                now = time.monotonic()
+                if now - last > 15 or p.stage in ("done", "data"):
+                    last = now
+                    eta = f" eta {p.eta_s / 60:.1f} min" if p.eta_s else ""
+                    print(f"[matcher] round {r + 1}/{args.rounds} {p.stage} {p.done}/{p.total} {p.message}{eta}",
+                          file=sys.stderr, flush=True)
+            init = target
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if out.resolve() == (args.model_dir / MATCHER_DIR).resolve() and add_to_manifest(args.model_dir):
         print(f"[matcher] listed in {args.model_dir}/longlens-manifest.json; now refit the calibration: "
               "python -m engine.grounding.calibration --model sceneworld-mini", file=sys.stderr)

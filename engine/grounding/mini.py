@@ -77,7 +77,7 @@ class MiniGrounder(BaseGrounder):
                      "min_phrase_align"],
     }
 
-    def __init__(self, embedder: Any, calibration: Calibration | None = None, *, method: str = "patch",
+    def __init__(self, embedder: Any, calibration: Calibration | None = None, *, method: str | None = None,
                  gradcam_layer: int = -1, stats: dict[str, list[float]] | None = None,
                  use_matcher: bool = True) -> None:
         super().__init__(embedder, calibration)
@@ -92,6 +92,10 @@ class MiniGrounder(BaseGrounder):
         self.aligned = self.matcher is not None and self.matcher.has_alignment
         if self.matcher is not None:
             self.feature_names = self.alignment_feature_names if self.aligned else self.matcher_feature_names
+        if method is None:
+            # Alignment maps point far better where the head has them (docs/grounding.md), and the
+            # calibration is fitted on the default method's relation geometry.
+            method = "align" if self.aligned else "patch"
         if method not in ("patch", "gradcam", "align"):
             raise ValueError("method must be 'patch', 'gradcam' or 'align'")
         if method == "align" and not self.aligned:

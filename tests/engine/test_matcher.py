@@ -247,3 +247,20 @@ def test_a_head_without_alignment_still_loads(base_dir, tmp_path) -> None:
     save_file({**state, "stray.weight": torch.zeros(1)}, str(weights))
     with pytest.raises(ModelIntegrityError, match="do not fit"):
         load_matcher(model_dir, model.cfg)
+
+
+def test_rounds_continue_each_other_on_fresh_seeds(base_dir, tmp_path) -> None:
+    import json
+
+    from engine.grounding.matcher import main
+
+    torch.set_num_threads(1)
+    model_dir = tmp_path / "sceneworld-mini"
+    shutil.copytree(base_dir, model_dir, ignore=shutil.ignore_patterns(MATCHER_DIR))
+    assert main(["--model-dir", str(model_dir), "--n-scenes", "32", "--epochs", "1", "--rounds", "2"]) == 0
+    meta = json.loads((model_dir / MATCHER_DIR / "matcher.json").read_text(encoding="utf-8"))
+    assert meta["settings"]["seed"] == 1
+    assert meta["continued_from"]["settings"]["seed"] == 0 and meta["continued_from"]["continued_from"] is None
+    assert sorted(p.name for p in (model_dir / MATCHER_DIR).iterdir()) == ["matcher.json", "matcher.safetensors"]
+    with pytest.raises(SystemExit):
+        main(["--model-dir", str(model_dir), "--rounds", "0"])
