@@ -47,7 +47,7 @@ bench: $(STAMP)
 # grounding calibration and re-measure it.
 demo-model: $(STAMP)
 	$(BIN)/python -m engine.training.sceneworld_mini --out resources/models/sceneworld-mini --seed 0
-	$(BIN)/python -m engine.grounding.matcher --model-dir resources/models/sceneworld-mini --rounds 3
+	$(BIN)/python -m engine.grounding.matcher --model-dir resources/models/sceneworld-mini --rounds 4
 	$(BIN)/python -m engine.grounding.calibration --model sceneworld-mini
 	$(BIN)/python -m engine.evaluation.sceneworld_report --out docs/sceneworld.md
 

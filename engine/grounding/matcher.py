@@ -490,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--init-from", type=Path, help="continue training the matcher in this folder")
     ap.add_argument("--rounds", type=int, default=1,
                     help="train this many runs in a row, each continuing the previous one on fresh scenes "
-                         "(seeds SEED, SEED+1, ...); the shipped head is 3 rounds")
+                         "(seeds SEED, SEED+1, ...); the shipped head is 4 rounds")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")

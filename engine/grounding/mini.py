@@ -1,4 +1,9 @@
-"""Grounding for sceneworld-mini: patch-token similarity maps and calibrated similarity supports.
+"""Grounding for sceneworld-mini: region maps and calibrated supports.
+
+With a matching head trained with phrase-patch alignment (engine/grounding/matcher.py; the
+shipped one is) the default maps are its alignment maps (method "align"): they point at the
+referred object for 0.99 of object phrases (docs/grounding.md), and the head's logit and
+alignment maximum lead the support features. Otherwise, the patch-similarity maps below.
 
 Maps. sceneworld-mini's image embedding is the projection of the mean patch token, so the
 similarity of each patch's projected token with a phrase's text embedding decomposes the

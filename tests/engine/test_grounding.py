@@ -166,29 +166,31 @@ def test_map_points_at_the_object_of_its_colour(mini):
 def test_acceptance_pointing_game_on_a_sample(sample_eval):
     r = sample_eval
     assert r["n_object_phrases"] > 800
-    # Acceptance on 1,000 scenes is >= 0.80 (measured 0.82, docs/grounding.md); this
-    # 80-scene sample must clear it too, far above the centre baseline.
-    assert r["pointing_game"] >= 0.80
+    # Acceptance on 1,000 scenes is >= 0.80 (measured 0.99 with the matching head's alignment
+    # maps, docs/grounding.md); this 80-scene sample must clear it with margin, far above both
+    # baselines.
+    assert r["pointing_game"] >= 0.90
     assert r["pointing_game"] > r["pointing_game_centre_baseline"] + 0.5
     assert r["pointing_game"] > r["pointing_game_random_baseline"] + 0.5
-    assert 0 < r["mask_iou"] < 1
+    assert 0.3 < r["mask_iou"] < 1
 
 
 @needs_model
-def test_supports_separate_true_from_wrong_better_than_chance(sample_eval):
+def test_supports_separate_every_error_type(sample_eval):
     r = sample_eval
     assert r["calibrated"]
-    assert r["faithfulness_auc"] > 0.6
-    # Relations are checked on the maps (left/right/above/below), which works.
-    assert r["faithfulness_auc_by_error"]["relation"] > 0.7
-    # Counts are read by the matching head (engine/grounding/matcher.py): 0.51 without it.
-    assert r["faithfulness_auc_by_error"]["count"] > 0.8
+    by = r["faithfulness_auc_by_error"]
+    # Kinds and attributes are read by the matching head trained with patch labels and
+    # phrase-patch alignment (object errors were at chance, 0.51, before those terms).
+    assert by["attribute"] > 0.9 and by["object"] > 0.85
+    assert by["count"] > 0.85
+    # Relations are checked on the alignment maps (left/right/above/below).
+    assert by["relation"] > 0.7
+    assert r["support_true_above_half"] > 0.8 and r["support_wrong_below_half"] > 0.65
     assert r["chunking"]["object_phrase_recall"] > 0.97
 
 
 @needs_model
-@pytest.mark.xfail(strict=True, reason="the shipped sceneworld-mini does not tell object kinds apart "
-                   "(kind top-1 among 22 kinds: 0.07 for large objects; its matching head has not learnt "
-                   "them either), so object errors are at chance; see docs/grounding.md")
 def test_acceptance_faithfulness_auc(sample_eval):
+    # Acceptance: >= 0.90 on 1,000 test scenes; the 80-scene sample must reach it too.
     assert sample_eval["faithfulness_auc"] >= 0.90
