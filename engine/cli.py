@@ -357,8 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--max-tokens", type=int, help="token budget for the query (default: the model's)")
     ss.add_argument("--device", default="auto")
     ss.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=False,
-                    help="re-score the top --rerank-k candidates with BLIP's ITM head and order by it "
-                         "(default: off, ANN order; see docs/grounding.md)")
+                    help="re-score the top --rerank-k candidates with the model's matching head (BLIP: ITM; "
+                         "sceneworld-mini: its matching head) and order by it (default: off, ANN order; "
+                         "see docs/grounding.md)")
     ss.add_argument("--rerank-k", type=int, default=32, help="candidates to re-rank (default 32)")
     ss.set_defaults(func=cmd_search)
 

@@ -61,8 +61,8 @@ class Searcher:
         """ANN search, then optionally re-ranking of the top `rerank_k` candidates.
 
         rerank: False (default for library callers such as the GUI, whose order and scores stay
-        the ANN ones), None ("auto": wherever the model supports it, i.e. BLIP's ITM head; the
-        CLI's default) or True (requested; when unsupported, `result.notes` says why). Each
+        the ANN ones), None ("auto": wherever the model supports it: BLIP's ITM head, or
+        sceneworld-mini's matching head with alignment) or True (requested; when unsupported, `result.notes` says why). Each
         re-ranked hit keeps its ANN cosine in `score` and gets `rerank_score` and `ann_rank`
         in extra."""
         from engine.grounding.rerank import rerank_support
@@ -88,7 +88,7 @@ class Searcher:
         return result
 
     def _rerank(self, result: SearchResult, query: str, budget: int, k: int) -> None:
-        from engine.grounding.rerank import itm_scores
+        from engine.grounding.rerank import rerank_scores
 
         t0 = time.perf_counter()
         head, tail = result.hits[:k], result.hits[k:]
@@ -99,7 +99,7 @@ class Searcher:
                 ok.append(h)
             except DecodeError:
                 tail.insert(0, h)  # unreadable now (moved, deleted): keeps its ANN place after the rest
-        scores = itm_scores(self.embedder, images, query, max_tokens=budget) if images else []
+        scores = rerank_scores(self.embedder, images, query, [h.score for h in ok], max_tokens=budget) if images else []
         for h, s in zip(ok, scores, strict=True):
             h.extra["ann_rank"] = h.rank
             h.extra["rerank_score"] = float(s)

@@ -1,6 +1,6 @@
 """`longlens ground` and `longlens check` end to end with the shipped sceneworld-mini: files on
 disk, JSON on stdout, clear errors for missing images, bad lines and empty captions while the
-other lines are still processed. Also `search --rerank` on a model without an ITM head."""
+other lines are still processed. Also `search --rerank` with sceneworld-mini's matching head and BLIP's ITM."""
 
 from __future__ import annotations
 
@@ -124,16 +124,23 @@ def test_check_missing_file(cli, tmp_path, monkeypatch):
     assert rc == 2 and "not found" in err
 
 
-def test_search_rerank_flag_on_a_model_without_itm(cli, scene_files):
+def test_search_reranks_with_the_mini_matching_head(cli, scene_files):
+    from engine.grounding.rerank import MINI_RERANK_WEIGHT
+
     folder, scenes = scene_files
     rc, _, err = cli("index", str(folder), "--quiet", *MODEL)
     assert rc == 0, err
     rc, out, err = cli("search", scenes[0].paragraph.text, "--rerank", "--json", *MODEL)
-    assert rc == 0 and "re-ranking is off for sceneworld-mini" in err
+    assert rc == 0 and "re-ranking" not in err, err
     result = json.loads(out)
-    assert result["reranked"] == 0 and result["results"][0]["path"].endswith("s0.png")
-    rc, out, err = cli("search", scenes[0].paragraph.text, "--no-rerank", *MODEL)
-    assert rc == 0 and "re-ranking" not in err
+    assert result["reranked"] == 3 and result["results"][0]["path"].endswith("s0.png")
+    rr = [h["rerank_score"] for h in result["results"]]
+    assert rr == sorted(rr, reverse=True)
+    # The order score is the ANN cosine plus a small multiple of the head's logit.
+    for h in result["results"]:
+        assert abs(h["rerank_score"] - h["score"]) < MINI_RERANK_WEIGHT * 40
+    rc, out, err = cli("search", scenes[0].paragraph.text, "--no-rerank", "--json", *MODEL)
+    assert rc == 0 and json.loads(out)["reranked"] == 0
 
 
 def test_search_reranks_with_blip_itm(home, photos, cli):

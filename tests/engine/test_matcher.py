@@ -244,6 +244,10 @@ def test_a_head_without_alignment_still_loads(base_dir, tmp_path) -> None:
     assert not g.aligned and "min_phrase_align" not in g.feature_names["sentence"]
     with pytest.raises(ValueError, match="alignment"):
         MiniGrounder(SceneWorldMiniEmbedder(model_dir), method="align")
+    from engine.grounding.rerank import rerank_support
+
+    ok, why = rerank_support(SceneWorldMiniEmbedder(model_dir))
+    assert not ok and "without" in why
     save_file({**state, "stray.weight": torch.zeros(1)}, str(weights))
     with pytest.raises(ModelIntegrityError, match="do not fit"):
         load_matcher(model_dir, model.cfg)
