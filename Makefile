@@ -43,7 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python -m engine.bench.indexing --out docs/benchmarks.md
 	$(BIN)/longlens bench --out docs/benchmarks.md --json-out docs/bench.json
 
-# Retrain the bundled demo model and its matching head (about 45 min on 2 CPU cores), refit the
+# Retrain the bundled demo model and its matching head (about 70 min on 2 idle CPU cores), refit the
 # grounding calibration and re-measure it.
 demo-model: $(STAMP)
 	$(BIN)/python -m engine.training.sceneworld_mini --out resources/models/sceneworld-mini --seed 0
