@@ -35,7 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -100,20 +102,19 @@ class MiniMatcher(nn.Module):
         """Match logits (N,) for N (image tokens, text) pairs; image_tokens (N, P, width)."""
         x = self.text_states(input_ids, attention_mask)
         x = self.cross(x, image_tokens, tgt_key_padding_mask=attention_mask == 0)
-        x = self.norm(x)
-        m = attention_mask.unsqueeze(-1).to(x.dtype)
-        pooled = (x * m).sum(1) / m.sum(1).clamp(min=1.0)
-        return self.head(pooled).squeeze(-1)
+        return self.head(_masked_mean(self.norm(x), attention_mask)).squeeze(-1)
 
     def align_logits(self, image_tokens: torch.Tensor, input_ids: torch.Tensor,
                      attention_mask: torch.Tensor) -> torch.Tensor:
         """Per-patch alignment logits (N, P) of N phrases with their images' tokens (N, P, width)."""
-        x = self.text.norm(self.text_states(input_ids, attention_mask))
-        m = attention_mask.unsqueeze(-1).to(x.dtype)
-        pooled = (x * m).sum(1) / m.sum(1).clamp(min=1.0)
-        q = self.align_txt(pooled)
+        q = self.align_txt(_masked_mean(self.text.norm(self.text_states(input_ids, attention_mask)), attention_mask))
         k = self.align_img(image_tokens)
         return torch.einsum("npd,nd->np", k, q) / math.sqrt(k.shape[-1]) + self.align_bias
+
+
+def _masked_mean(x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    m = attention_mask.unsqueeze(-1).to(x.dtype)
+    return (x * m).sum(1) / m.sum(1).clamp(min=1.0)
 
 
 # --------------------------------------------------------------------------- storage
@@ -218,35 +219,32 @@ def _label_vocab() -> dict[str, list[str]]:
     return {"kind": list(KIND_NAMES), "colour": list(COLOURS), "pattern": list(PATTERNS), "size": list(SIZES)}
 
 
-def patch_labels(scene: Any, masks: np.ndarray, grid: int) -> np.ndarray:
-    """(grid*grid, len(LABEL_FIELDS)) int64 labels from a scene's visible masks (n, S, S)."""
-    vocab = _label_vocab()
-    out = np.zeros((grid * grid, len(LABEL_FIELDS)), np.int64)
-    if len(scene.objects) == 0:
-        return out
+def patch_cover(masks: np.ndarray, grid: int) -> np.ndarray:
+    """(n, grid*grid) share of each patch that each object's visible mask (n, S, S) covers."""
     n, size, _ = masks.shape
     cell = size // grid
     cover = masks[:, : grid * cell, : grid * cell].reshape(n, grid, cell, grid, cell).mean(axis=(2, 4))
-    best = cover.reshape(n, -1).argmax(axis=0)
-    share = cover.reshape(n, -1).max(axis=0)
-    for p in np.flatnonzero(share >= MIN_PATCH_COVER):
+    return cover.reshape(n, grid * grid)
+
+
+def patch_labels(scene: Any, cover: np.ndarray) -> np.ndarray:
+    """(P, len(LABEL_FIELDS)) int64 labels from a scene's patch_cover (n, P): the attributes of
+    the object covering most of a patch, when it covers at least MIN_PATCH_COVER of it."""
+    vocab = _label_vocab()
+    out = np.zeros((cover.shape[1], len(LABEL_FIELDS)), np.int64)
+    if len(scene.objects) == 0:
+        return out
+    best = cover.argmax(axis=0)
+    for p in np.flatnonzero(cover.max(axis=0) >= MIN_PATCH_COVER):
         o = scene.objects[int(best[p])]
         out[p] = [vocab[f].index(getattr(o, f)) + 1 for f in LABEL_FIELDS]
     return out
 
 
-def object_patches(masks: np.ndarray, grid: int) -> np.ndarray:
-    """(n, grid*grid) bool: the patches each object covers at least MIN_PATCH_COVER of."""
-    n, size, _ = masks.shape
-    cell = size // grid
-    cover = masks[:, : grid * cell, : grid * cell].reshape(n, grid, cell, grid, cell).mean(axis=(2, 4))
-    return cover.reshape(n, -1) >= MIN_PATCH_COVER
-
-
 def render_with_labels(scenes: Sequence[Any], size: int,
                        grid: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """uint8 renders (N, size, size, 3) as the model sees them, their patch labels and each
-    scene's object patches (object_patches)."""
+    scene's object patches ((n, P) bool: patches an object covers at least MIN_PATCH_COVER of)."""
     from PIL import Image
 
     from engine.sceneworld import render_scene
@@ -258,8 +256,9 @@ def render_with_labels(scenes: Sequence[Any], size: int,
     for i, scene in enumerate(scenes):
         img, masks = render_scene(scene, size * SUPERSAMPLE)
         images[i] = np.asarray(img.resize((size, size), Image.Resampling.BICUBIC))
-        labels[i] = patch_labels(scene, masks, grid)
-        covers.append(object_patches(masks, grid))
+        cover = patch_cover(masks, grid)
+        labels[i] = patch_labels(scene, cover)
+        covers.append(cover >= MIN_PATCH_COVER)
     return images, labels, covers
 
 
@@ -497,9 +496,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = MatcherSettings(n_scenes=args.n_scenes, epochs=args.epochs, seed=args.seed, object_share=args.object_share,
                         dense_weight=args.dense_weight, align_weight=args.align_weight)
     out = args.out or args.model_dir / MATCHER_DIR
-    import shutil
-    import tempfile
-
     scratch = Path(tempfile.mkdtemp(prefix="longlens-matcher-"))
     init = args.init_from
     try:

@@ -153,7 +153,8 @@ class MiniGrounder(BaseGrounder):
         ])
         p = emb.model.vision.patch_embeddings(batch).float()
         g = F.normalize(p[0].mean(0), dim=-1)  # unshifted: exactly the image embedding
-        tokens = self.matcher.image_tokens(batch) if self.matcher is not None else None
+        # Alignment maps need the matcher's tokens of every shift; the match logit only the first.
+        tokens = self.matcher.image_tokens(batch if self.aligned else x) if self.matcher is not None else None
         return MiniImageFeatures(g.cpu().numpy(), F.normalize(p, dim=-1).cpu().numpy(), x, tokens)
 
     @torch.inference_mode()

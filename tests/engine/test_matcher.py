@@ -31,6 +31,14 @@ def base_dir():
     return bundled_model_dir("sceneworld-mini")
 
 
+@pytest.fixture
+def headless_dir(base_dir, tmp_path):
+    """A copy of the bundled model folder without its matching head."""
+    model_dir = tmp_path / "sceneworld-mini"
+    shutil.copytree(base_dir, model_dir, ignore=shutil.ignore_patterns(MATCHER_DIR))
+    return model_dir
+
+
 def test_matcher_starts_from_the_models_towers(base_dir) -> None:
     model = load_model(base_dir).eval()
     m = MiniMatcher.from_model(model).eval()
@@ -102,12 +110,11 @@ def test_cancel_stops_before_saving(base_dir, tmp_path) -> None:
     assert not (out / "matcher.safetensors").exists()
 
 
-def test_grounder_uses_a_present_matcher(base_dir, tmp_path) -> None:
+def test_grounder_uses_a_present_matcher(headless_dir) -> None:
     from engine.grounding.mini import MiniGrounder
     from engine.sceneworld import render_scene
 
-    model_dir = tmp_path / "sceneworld-mini"
-    shutil.copytree(base_dir, model_dir, ignore=shutil.ignore_patterns(MATCHER_DIR))
+    model_dir = headless_dir
     plain = SceneWorldMiniEmbedder(model_dir)
     key_without = calibration_key(plain)
     assert "+matcher" not in key_without
@@ -151,14 +158,21 @@ def test_a_matcher_added_to_a_model_folder_verifies(base_dir, tmp_path) -> None:
 
 
 def test_patch_labels_name_the_object_under_each_patch() -> None:
-    from engine.grounding.matcher import LABEL_FIELDS, _label_vocab, object_patches, patch_labels
+    from engine.grounding.matcher import (
+        LABEL_FIELDS,
+        MIN_PATCH_COVER,
+        _label_vocab,
+        patch_cover,
+        patch_labels,
+    )
     from engine.sceneworld import render_scene
 
     vocab = _label_vocab()
     for scene in generate_scenes(0, 0, 5):
         _, masks = render_scene(scene, 128)
-        covers = object_patches(masks, 8)
-        labels = patch_labels(scene, masks, 8)
+        cover = patch_cover(masks, 8)
+        covers = cover >= MIN_PATCH_COVER
+        labels = patch_labels(scene, cover)
         assert labels.shape == (64, len(LABEL_FIELDS)) and covers.shape == (len(scene.objects), 64)
         for k, o in enumerate(scene.objects):
             if masks[k].mean() < 0.02:
@@ -192,13 +206,12 @@ def test_align_loss_targets_the_referred_patches(base_dir) -> None:
     assert m.vision.stem[0].weight.grad.abs().sum() > 0  # it teaches the vision tokens too
 
 
-def test_alignment_training_reloads_and_feeds_the_grounder(base_dir, tmp_path) -> None:
+def test_alignment_training_reloads_and_feeds_the_grounder(headless_dir) -> None:
     from engine.grounding.mini import MAP_GRID, MiniGrounder
     from engine.sceneworld import render_scene
 
     torch.set_num_threads(1)
-    model_dir = tmp_path / "sceneworld-mini"
-    shutil.copytree(base_dir, model_dir, ignore=shutil.ignore_patterns(MATCHER_DIR))
+    model_dir = headless_dir
     s = MatcherSettings(n_scenes=48, epochs=4, batch_scenes=16, warmup_steps=2, dense_weight=1.0, align_weight=1.0)
     steps = [p for p in train_matcher(model_dir, model_dir / MATCHER_DIR, s) if p.stage == "train"]
     parts = [[float(v) for v in p.message.rsplit("loss ", 1)[1].split(" + ")] for p in steps]
@@ -225,14 +238,13 @@ def test_alignment_training_reloads_and_feeds_the_grounder(base_dir, tmp_path) -
                                atol=1e-5)
 
 
-def test_a_head_without_alignment_still_loads(base_dir, tmp_path) -> None:
+def test_a_head_without_alignment_still_loads(headless_dir) -> None:
     from safetensors.torch import load_file, save_file
 
     from engine.errors import ModelIntegrityError
     from engine.grounding.mini import MiniGrounder
 
-    model_dir = tmp_path / "sceneworld-mini"
-    shutil.copytree(base_dir, model_dir, ignore=shutil.ignore_patterns(MATCHER_DIR))
+    model_dir = headless_dir
     model = load_model(model_dir)
     save_matcher(MiniMatcher.from_model(model), model_dir / MATCHER_DIR, {"settings": {"align_weight": 1.0}})
     weights = model_dir / MATCHER_DIR / "matcher.safetensors"
@@ -253,14 +265,13 @@ def test_a_head_without_alignment_still_loads(base_dir, tmp_path) -> None:
         load_matcher(model_dir, model.cfg)
 
 
-def test_rounds_continue_each_other_on_fresh_seeds(base_dir, tmp_path) -> None:
+def test_rounds_continue_each_other_on_fresh_seeds(headless_dir) -> None:
     import json
 
     from engine.grounding.matcher import main
 
     torch.set_num_threads(1)
-    model_dir = tmp_path / "sceneworld-mini"
-    shutil.copytree(base_dir, model_dir, ignore=shutil.ignore_patterns(MATCHER_DIR))
+    model_dir = headless_dir
     assert main(["--model-dir", str(model_dir), "--n-scenes", "32", "--epochs", "1", "--rounds", "2"]) == 0
     meta = json.loads((model_dir / MATCHER_DIR / "matcher.json").read_text(encoding="utf-8"))
     assert meta["settings"]["seed"] == 1
