@@ -493,6 +493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if args.init_from is not None and not (args.init_from / WEIGHTS).is_file():
+        ap.error(f"--init-from {args.init_from}: no {WEIGHTS} there (a folder written by this command)")
     s = MatcherSettings(n_scenes=args.n_scenes, epochs=args.epochs, seed=args.seed, object_share=args.object_share,
                         dense_weight=args.dense_weight, align_weight=args.align_weight)
     out = args.out or args.model_dir / MATCHER_DIR

@@ -279,3 +279,5 @@ def test_rounds_continue_each_other_on_fresh_seeds(headless_dir) -> None:
     assert sorted(p.name for p in (model_dir / MATCHER_DIR).iterdir()) == ["matcher.json", "matcher.safetensors"]
     with pytest.raises(SystemExit):
         main(["--model-dir", str(model_dir), "--rounds", "0"])
+    with pytest.raises(SystemExit):
+        main(["--model-dir", str(model_dir), "--init-from", str(model_dir / "nowhere")])
