@@ -279,7 +279,7 @@ class PatchLabeller(nn.Module):
 
     def loss(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Kind over all patches (class 0: no object) counted twice, since kinds are what the tokens
-        learn slowest (measured: colour reaches 0.9 patch accuracy in 100 steps, kind 0.3 in 300);
+        learn slowest (measured: colour reaches 0.89 patch accuracy in 100 steps at lr 2e-3, kind 0.24 in 300);
         colour, pattern and size over object patches only."""
         logits = self.head(tokens).split(self.sizes, dim=-1)
         total = 2 * F.cross_entropy(logits[0].reshape(-1, self.sizes[0]), labels[..., 0].reshape(-1))
