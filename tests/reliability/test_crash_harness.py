@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.reliability.crash_harness import run_crash_harness
+from tests.reliability.crash_harness import run_crash_harness, run_mutator_harness
 
 
 def _run(home, tmp_path, iterations: int, seed: int, restart: str):
@@ -40,3 +40,32 @@ def test_kill9_stress(home, tmp_path, stress_iterations, capsys):
     with capsys.disabled():
         print("\ncrash harness:", json.dumps({k: v for k, v in report.as_dict().items() if k != "problems"}))
     _assert_clean(report, stress_iterations)
+
+
+def _assert_mutator_clean(report, iterations: int) -> None:
+    assert report.iterations == iterations
+    assert report.problems == []
+    assert report.clean
+    assert (report.hangs, report.failed_runs, report.disagreements, report.duplicate_rows,
+            report.index_mismatches, report.integrity_failures) == (0, 0, 0, 0, 0, 0)
+    assert report.rows_checked > 0
+    assert sum(report.mutations.values()) > 0
+
+
+def test_concurrent_indexers_with_a_mutator_once(home, tmp_path):
+    """One iteration of the mutator mode in `make test`: 2-3 indexers, one killed, a mutator."""
+    report = run_mutator_harness(home, tmp_path / "photos-mutated", 1, seed=3)
+    (tmp_path / "mutator-report.json").write_text(json.dumps(report.as_dict(), indent=2))
+    _assert_mutator_clean(report, 1)
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(7200)
+def test_concurrent_indexers_with_a_mutator_stress(home, tmp_path, stress_iterations, capsys):
+    report = run_mutator_harness(home, tmp_path / "photos-mutated", stress_iterations, seed=4)
+    with capsys.disabled():
+        print("\nmutator harness:", json.dumps({k: v for k, v in report.as_dict().items() if k != "problems"}))
+    _assert_mutator_clean(report, stress_iterations)
+    # Over 20 iterations every kind of change happened, and the kills landed.
+    assert set(report.mutations) == {"add", "rename", "overwrite", "truncate", "delete", "fifo"}
+    assert report.killed >= stress_iterations // 2
