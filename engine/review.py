@@ -110,7 +110,7 @@ class CaptionFile:
     problems: list[CaptionProblem] = field(default_factory=list)
 
 
-def _open_lines(path: Path, on_bytes) -> Iterator[limits.RawLine]:
+def _open_lines(path: Path, on_bytes, split_cr: bool) -> Iterator[limits.TextLine]:
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -121,7 +121,7 @@ def _open_lines(path: Path, on_bytes) -> Iterator[limits.RawLine]:
         raise ReviewError(f"{path} is not a file")
     if size > MAX_CAPTION_FILE_BYTES:
         raise ReviewError(f"{path} is too large for a caption file ({size / 1e6:.0f} MB)")
-    lines = limits.iter_raw_lines(path, on_bytes=on_bytes)
+    lines = limits.iter_text_lines(path, on_bytes=on_bytes, split_cr=split_cr)
     try:
         first = next(lines, None)
     except OSError as exc:
@@ -157,20 +157,13 @@ def _check(line_no: int, image: object, caption: object, base: Path) -> CaptionL
     return CaptionLine(line_no, str(p.resolve()), caption.strip())
 
 
-def _parse_jsonl(lines: Iterable[limits.RawLine], base: Path, out: CaptionFile) -> None:
+def _parse_jsonl(lines: Iterable[limits.TextLine], base: Path, out: CaptionFile) -> None:
     for line in lines:
-        i, raw = line.line_no, line.data
-        if raw is None:
-            out.problems.append(CaptionProblem(i, line.problem or "not read"))
+        i, text = line.line_no, line.text
+        if line.problem is not None:
+            out.problems.append(CaptionProblem(i, line.problem))
             continue
-        if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        if not raw.strip():
-            continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            out.problems.append(CaptionProblem(i, "not UTF-8 text"))
+        if not text.strip():
             continue
         try:
             obj = json.loads(text)
@@ -188,24 +181,16 @@ def _parse_jsonl(lines: Iterable[limits.RawLine], base: Path, out: CaptionFile) 
         (out.items if isinstance(r, CaptionLine) else out.problems).append(r)
 
 
-def _csv_text_lines(lines: Iterable[limits.RawLine], out: CaptionFile) -> Iterator[str]:
-    """One str per physical line, newline included, for csv.reader (its line_num stays the file's).
-
-    A line too long to read is reported and stands in as an empty line.
-    """
+def _csv_text_lines(lines: Iterable[limits.TextLine], out: CaptionFile) -> Iterator[str]:
+    """The lines' text for csv.reader; a line that cannot be read is reported (it stands in as
+    an empty line, so csv.reader's line numbers stay the file's)."""
     for line in lines:
-        if line.data is None:
-            out.problems.append(CaptionProblem(line.line_no, line.problem or "not read"))
-            yield "\n"
-            continue
-        raw = line.data[3:] if line.line_no == 1 and line.data.startswith(b"\xef\xbb\xbf") else line.data
-        try:
-            yield raw.decode("utf-8") + "\n"
-        except UnicodeDecodeError:
-            raise ReviewError(f"{out.path} is not UTF-8 text (line {line.line_no})") from None
+        if line.problem is not None:
+            out.problems.append(CaptionProblem(line.line_no, line.problem))
+        yield line.text
 
 
-def _parse_csv(lines: Iterable[limits.RawLine], base: Path, out: CaptionFile, delimiter: str) -> None:
+def _parse_csv(lines: Iterable[limits.TextLine], base: Path, out: CaptionFile, delimiter: str) -> None:
     reader = csv.reader(_csv_text_lines(lines, out), delimiter=delimiter)
     try:
         header = next(reader)
@@ -251,7 +236,7 @@ def load_caption_file(path: Path | str) -> CaptionFile:
         raise ReviewError(f"{path.name}: caption files must be .jsonl or .csv (image, caption)")
     digest = hashlib.sha256()
     out = CaptionFile(path=path, file_hash="")
-    lines = _open_lines(path, digest.update)
+    lines = _open_lines(path, digest.update, split_cr=suffix in CSV_SUFFIXES)
     if suffix in JSONL_SUFFIXES:
         _parse_jsonl(lines, path.parent, out)
     else:
