@@ -85,12 +85,12 @@ def _mb(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MiB"
 
 
-def line_too_long(n_bytes: int) -> str:
-    return f"the line is too long ({_mb(n_bytes)}; the limit is {_mb(MAX_LINE_BYTES)})"
+def line_too_long(n_bytes: int, limit: int) -> str:
+    return f"the line is too long ({_mb(n_bytes)}; the limit is {_mb(limit)})"
 
 
-def too_many_lines() -> str:
-    return f"the file has more than {MAX_FILE_LINES:,} lines; the lines after that were not read"
+def too_many_lines(limit: int) -> str:
+    return f"the file has more than {limit:,} lines; the lines after that were not read"
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def open_regular(path: Path) -> int:
 
 
 def iter_raw_lines(path: Path | str, *, on_bytes: Callable[[bytes], None] | None = None,
-                   max_line_bytes: int = MAX_LINE_BYTES, max_lines: int = MAX_FILE_LINES) -> Iterator[RawLine]:
+                   max_line_bytes: int | None = None, max_lines: int | None = None) -> Iterator[RawLine]:
     """The lines of a file, split on b"\\n" only, read in 1 MiB chunks: memory stays bounded by
     `max_line_bytes` whatever the file holds (a 2 GB line is skipped, reported, never held).
 
@@ -136,6 +136,8 @@ def iter_raw_lines(path: Path | str, *, on_bytes: Callable[[bytes], None] | None
     Blank lines count for numbering; lines past `max_lines` non-blank ones end the file with
     one problem. `on_bytes` sees every chunk read (e.g. to hash the file in the same pass).
     """
+    max_line_bytes = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
+    max_lines = MAX_FILE_LINES if max_lines is None else max_lines
     fd = open_regular(Path(path))
     with os.fdopen(fd, "rb", buffering=0) as fh:
         remaining = os.fstat(fh.fileno()).st_size
@@ -168,9 +170,9 @@ def iter_raw_lines(path: Path | str, *, on_bytes: Callable[[bytes], None] | None
                 if skipping or buf.strip():
                     data_lines += 1
                     if data_lines > max_lines:
-                        yield RawLine(line_no, None, too_many_lines())
+                        yield RawLine(line_no, None, too_many_lines(max_lines))
                         return
-                yield RawLine(line_no, None, line_too_long(skipping)) if skipping else RawLine(line_no, bytes(buf))
+                yield RawLine(line_no, None, line_too_long(skipping, max_line_bytes)) if skipping else RawLine(line_no, bytes(buf))
                 buf = bytearray()
                 skipping = 0
                 if at_end:
