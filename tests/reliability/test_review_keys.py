@@ -196,7 +196,8 @@ def _make_v2_catalog(path: Path, caption_file: Path, pictures: list[Path]) -> No
         con.execute(sql)
     con.execute("INSERT INTO review_sessions VALUES (1, ?, 'oldhash', 1, 1.0, 2.0)", (str(caption_file),))
     items = [(10, 1, 1, str(pictures[0]), CAPTIONS[0]), (11, 1, 2, str(pictures[1]), CAPTIONS[1]),
-             (12, 1, 3, str(caption_file.parent / "gone.png"), "A picture that was deleted since.")]
+             (12, 1, 3, str(caption_file.parent / "gone.png"), "A picture that was deleted since."),
+             (13, 1, 4, str(caption_file.parent / "fifo.png"), "A picture that is a FIFO now.")]
     con.executemany("INSERT INTO review_items VALUES (?, ?, ?, ?, ?)", items)
     con.executemany("INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?)", [
         (1, 10, None, "faithful", "good", 5.0),
@@ -214,8 +215,12 @@ def _make_v2_catalog(path: Path, caption_file: Path, pictures: list[Path]) -> No
     con.close()
 
 
+@pytest.mark.timeout(120)  # hashing the pictures must never block (a FIFO in a picture's place)
 def test_a_v2_catalog_keeps_its_verdicts_after_migrating(tmp_path, pictures):
+    import os
+
     f = _write(tmp_path / "caps.jsonl", [_line(pictures[0], CAPTIONS[0]), _line(pictures[1], CAPTIONS[1])])
+    os.mkfifo(tmp_path / "fifo.png")
     path = tmp_path / "catalog.sqlite3"
     _make_v2_catalog(path, f.resolve(), [p.resolve() for p in pictures])
     cat = Catalog(path)
@@ -239,6 +244,7 @@ def test_a_v2_catalog_keeps_its_verdicts_after_migrating(tmp_path, pictures):
         ]
         assert keys[10].startswith("sha256:") and keys[10] == keys[20]
         assert keys[12] == f"path:{f.resolve().parent / 'gone.png'}"  # no file to hash: keyed by its path
+        assert keys[13] == f"path:{f.resolve().parent / 'fifo.png'}"  # not a regular file: refused, not read
         assert cat.integrity_check() == "ok"
 
         # Opened in the new version: the migrated verdicts are the items' verdicts.
