@@ -31,7 +31,7 @@ import io
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,7 +110,8 @@ class CaptionFile:
     problems: list[CaptionProblem] = field(default_factory=list)
 
 
-def _open_lines(path: Path, on_bytes, split_cr: bool) -> Iterator[limits.TextLine]:
+def _open_lines(path: Path, on_bytes: Callable[[bytes], None], split_cr: bool) -> Iterator[limits.TextLine]:
+    """The file's lines within engine.limits (raises ReviewError when the file cannot be read)."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -121,16 +122,8 @@ def _open_lines(path: Path, on_bytes, split_cr: bool) -> Iterator[limits.TextLin
         raise ReviewError(f"{path} is not a file")
     if size > MAX_CAPTION_FILE_BYTES:
         raise ReviewError(f"{path} is too large for a caption file ({size / 1e6:.0f} MB)")
-    lines = limits.iter_text_lines(path, on_bytes=on_bytes, split_cr=split_cr)
     try:
-        first = next(lines, None)
-    except OSError as exc:
-        raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if first is None:
-        return
-    yield first
-    try:
-        yield from lines
+        yield from limits.iter_text_lines(path, on_bytes=on_bytes, split_cr=split_cr)
     except OSError as exc:
         raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
 

@@ -127,7 +127,8 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
         for n, line in enumerate(text_lines(), start=1):
             if line.strip() and not line.lstrip().startswith("#"):
                 add(n, line.strip(), None)
-    problems = sorted(unread + problems, key=lambda p: int(p[len(str(path)) + 1:].split(":", 1)[0]))
+    # Every message starts "PATH:LINE:"; the unreadable lines were found while reading, in order.
+    problems = sorted(unread + problems, key=lambda p: int(p.removeprefix(f"{path}:").split(":", 1)[0]))
     if problems:
         more = f"\n... and {len(problems) - max_problems} more" if len(problems) > max_problems else ""
         raise InputError(f"--list {path} has {len(problems)} bad line(s):\n" + "\n".join(problems[:max_problems]) + more)

@@ -312,3 +312,45 @@ def test_lines_past_the_line_limit_are_reported_not_read(tmp_path, picture, monk
     assert [str(p) for p in cf.problems] == ["line 4: the file has more than 3 lines; the lines after that were not read"]
     seen = {n: err for n, _item, err in read_items(f)}
     assert seen == {1: None, 2: None, 3: None, 4: "the file has more than 3 lines; the lines after that were not read"}
+
+
+# --------------------------------------------------------------------------- the line reader
+
+
+def _reference_lines(data: bytes, max_line_bytes: int, max_lines: int) -> list[tuple[int, bytes | None]]:
+    """What iter_raw_lines must give: data split on b"\\n", over-long lines as None, numbering by
+    line, at most max_lines non-blank lines and then one None for the rest."""
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()  # nothing after the last newline
+    out: list[tuple[int, bytes | None]] = []
+    data_lines = 0
+    for n, part in enumerate(parts, start=1):
+        if part.strip() or len(part) > max_line_bytes:
+            data_lines += 1
+            if data_lines > max_lines:
+                out.append((n, None))
+                return out
+        out.append((n, None if len(part) > max_line_bytes else part))
+    return out
+
+
+def test_the_line_reader_matches_a_plain_split_across_chunk_boundaries(tmp_path, monkeypatch):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from engine import limits
+
+    monkeypatch.setattr(limits, "_READ_CHUNK", 3)  # every line crosses chunk boundaries
+    f = tmp_path / "lines.txt"
+
+    @settings(max_examples=200, deadline=None)
+    @given(data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\r", b" ", b"\n\n"]), max_size=30).map(b"".join),
+           max_line_bytes=st.integers(1, 6), max_lines=st.integers(1, 8))
+    def check(data: bytes, max_line_bytes: int, max_lines: int) -> None:
+        f.write_bytes(data)
+        got = [(ln.line_no, ln.data) for ln in
+               limits.iter_raw_lines(f, max_line_bytes=max_line_bytes, max_lines=max_lines)]
+        assert got == _reference_lines(data, max_line_bytes, max_lines)
+
+    check()
