@@ -6,13 +6,21 @@ paths are taken relative to the caption file's folder. Bad lines (invalid JSON, 
 column, an image that does not exist, an empty caption) are reported with their line number
 and reason; the rest of the file is reviewed.
 
-A session is one caption file with one content: reopening the same unchanged file resumes
-where the annotator stopped; an edited file starts a new session (the old verdicts stay in
-the catalog). Every verdict is written at once in its own transaction.
+A session is one version of a caption file (its bytes): reopening the same unchanged file
+resumes where the annotator stopped; an edited file is a new session. Verdicts, though, belong
+to the item, not to the session: they are keyed by (image content hash, caption text, sentence
+index) (see engine.catalog.review_keys), so whatever else changes in the file (a fixed
+malformed line, an added line, reordered lines, another caption edited) every unchanged item
+keeps its verdicts, in every session that holds it. A new session marks each item against the
+previous version of the same file: "new", "changed" (same image, edited caption: no verdicts
+carried over) or "kept". Every verdict is written at once in its own transaction.
 
 Verdicts apply to the whole item (sentence_index None) or to one sentence of the caption,
 numbered as `split_sentences` splits it; that split is part of the stored data, so it must
 stay stable.
+
+Sizes are bounded by engine.limits: a line too long to read, a caption over the character or
+sentence limit, lines past the line limit are problems of their lines; the rest is reviewed.
 """
 
 from __future__ import annotations
@@ -23,18 +31,21 @@ import io
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import and_, delete, func, insert, select, update
 
+from engine import limits
 from engine.catalog import Catalog
+from engine.catalog.review_keys import IMAGE_CONTENT_PREFIX, caption_hash, image_key
 from engine.catalog.schema import review_items, review_sessions, verdicts
 from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text
 
 VERDICTS: tuple[str, ...] = ("faithful", "unfaithful", "unsure")
+CHANGES: tuple[str, ...] = ("new", "changed", "kept")  # an item against the previous version of its file
 JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson", ".json"})
 CSV_SUFFIXES = frozenset({".csv", ".tsv"})
 MAX_CAPTION_FILE_BYTES = 256 * 1024 * 1024
@@ -99,7 +110,8 @@ class CaptionFile:
     problems: list[CaptionProblem] = field(default_factory=list)
 
 
-def _read_bytes(path: Path) -> bytes:
+def _open_lines(path: Path, on_bytes: Callable[[bytes], None], split_cr: bool) -> Iterator[limits.TextLine]:
+    """The file's lines within engine.limits (raises ReviewError when the file cannot be read)."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -111,7 +123,7 @@ def _read_bytes(path: Path) -> bytes:
     if size > MAX_CAPTION_FILE_BYTES:
         raise ReviewError(f"{path} is too large for a caption file ({size / 1e6:.0f} MB)")
     try:
-        return path.read_bytes()
+        yield from limits.iter_text_lines(path, on_bytes=on_bytes, split_cr=split_cr)
     except OSError as exc:
         raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
 
@@ -123,6 +135,9 @@ def _check(line_no: int, image: object, caption: object, base: Path) -> CaptionL
         return CaptionProblem(line_no, "the caption is not text")
     if not caption.strip():
         return CaptionProblem(line_no, "empty caption")
+    too_big = limits.caption_problem(caption.strip(), lambda text: len(split_sentences(text)))
+    if too_big is not None:
+        return CaptionProblem(line_no, too_big)
     p = Path(image.strip()).expanduser()
     if not p.is_absolute():
         p = base / p
@@ -135,16 +150,13 @@ def _check(line_no: int, image: object, caption: object, base: Path) -> CaptionL
     return CaptionLine(line_no, str(p.resolve()), caption.strip())
 
 
-def _parse_jsonl(data: bytes, base: Path, out: CaptionFile) -> None:
-    for i, raw in enumerate(data.split(b"\n"), start=1):
-        if i == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        if not raw.strip():
+def _parse_jsonl(lines: Iterable[limits.TextLine], base: Path, out: CaptionFile) -> None:
+    for line in lines:
+        i, text = line.line_no, line.text
+        if line.problem is not None:
+            out.problems.append(CaptionProblem(i, line.problem))
             continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            out.problems.append(CaptionProblem(i, "not UTF-8 text"))
+        if not text.strip():
             continue
         try:
             obj = json.loads(text)
@@ -162,13 +174,17 @@ def _parse_jsonl(data: bytes, base: Path, out: CaptionFile) -> None:
         (out.items if isinstance(r, CaptionLine) else out.problems).append(r)
 
 
-def _parse_csv(data: bytes, base: Path, out: CaptionFile, delimiter: str) -> None:
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ReviewError(f"{out.path} is not UTF-8 text (line {line})") from None
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+def _csv_text_lines(lines: Iterable[limits.TextLine], out: CaptionFile) -> Iterator[str]:
+    """The lines' text for csv.reader; a line that cannot be read is reported (it stands in as
+    an empty line, so csv.reader's line numbers stay the file's)."""
+    for line in lines:
+        if line.problem is not None:
+            out.problems.append(CaptionProblem(line.line_no, line.problem))
+        yield line.text
+
+
+def _parse_csv(lines: Iterable[limits.TextLine], base: Path, out: CaptionFile, delimiter: str) -> None:
+    reader = csv.reader(_csv_text_lines(lines, out), delimiter=delimiter)
     try:
         header = next(reader)
     except StopIteration:
@@ -211,12 +227,15 @@ def load_caption_file(path: Path | str) -> CaptionFile:
     suffix = path.suffix.lower()
     if suffix not in JSONL_SUFFIXES | CSV_SUFFIXES:
         raise ReviewError(f"{path.name}: caption files must be .jsonl or .csv (image, caption)")
-    data = _read_bytes(path)
-    out = CaptionFile(path=path, file_hash=hashlib.sha256(data).hexdigest())
+    digest = hashlib.sha256()
+    out = CaptionFile(path=path, file_hash="")
+    lines = _open_lines(path, digest.update, split_cr=suffix in CSV_SUFFIXES)
     if suffix in JSONL_SUFFIXES:
-        _parse_jsonl(data, path.parent, out)
+        _parse_jsonl(lines, path.parent, out)
     else:
-        _parse_csv(data, path.parent, out, "\t" if suffix == ".tsv" else ",")
+        _parse_csv(lines, path.parent, out, "\t" if suffix == ".tsv" else ",")
+    out.problems.sort(key=lambda p: p.line_no)
+    out.file_hash = digest.hexdigest()
     return out
 
 
@@ -240,10 +259,25 @@ class ReviewItem:
     sentences: list[tuple[int, int]]
     verdict: Verdict | None = None  # on the whole item
     sentence_verdicts: dict[int, Verdict] = field(default_factory=dict)
+    # Against the previous version of the caption file: "new", "changed" (same image, edited
+    # caption) or "kept"; None when there is no previous version to compare with.
+    change: str | None = None
 
     def sentence_text(self, i: int) -> str:
         s, e = self.sentences[i]
         return self.caption[s:e]
+
+
+@dataclass(frozen=True)
+class ChangeSummary:
+    """How a version of a caption file differs from the previous one, item by item."""
+
+    new: int = 0
+    changed: int = 0
+    kept: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.new} new, {self.changed} changed, {self.kept} kept"
 
 
 @dataclass
@@ -255,17 +289,82 @@ class ReviewSession:
     item_ids: list[int]
     problems: list[CaptionProblem] = field(default_factory=list)
     resumed: bool = False
+    # None for the first version of a file (nothing to compare with).
+    changes: ChangeSummary | None = None
 
     def __len__(self) -> int:
         return len(self.item_ids)
 
 
+@dataclass(frozen=True)
+class _ImageKey:
+    key: str
+    size: int | None
+    mtime_ns: int | None
+
+
+def _image_keys(catalog: Catalog, paths: Iterable[str]) -> dict[str, _ImageKey]:
+    """The content key of each image; one already computed for the same file (path, size and
+    mtime unchanged) is reused rather than hashing the picture again at every open."""
+    stats: dict[str, tuple[int, int] | None] = {}
+    for p in dict.fromkeys(paths):
+        try:
+            st = Path(p).stat()
+            stats[p] = (int(st.st_size), int(st.st_mtime_ns))
+        except OSError:
+            stats[p] = None
+    cached: dict[str, str] = {}
+    with catalog.read() as conn:
+        for p, st in stats.items():
+            if st is None:
+                continue
+            row = conn.execute(
+                select(review_items.c.image_key).where(
+                    review_items.c.image_path == p,
+                    review_items.c.image_size == st[0],
+                    review_items.c.image_mtime_ns == st[1],
+                    review_items.c.image_key.startswith(IMAGE_CONTENT_PREFIX),
+                ).order_by(review_items.c.id.desc()).limit(1)
+            ).first()
+            if row is not None:
+                cached[p] = row[0]
+    out = {}
+    for p, st in stats.items():
+        key = cached.get(p) or image_key(p)
+        if not key.startswith(IMAGE_CONTENT_PREFIX):
+            st = None  # a path key is never reused: the file may be readable next time
+        out[p] = _ImageKey(key, *(st or (None, None)))
+    return out
+
+
+def _changes(new_keys: list[tuple[str, str]], old_keys: list[tuple[str, str]]) -> list[str]:
+    """Per item of the new version: kept (same image and caption as an item of the old one),
+    changed (an image of the old version whose caption is no longer there) or new."""
+    old = set(old_keys)
+    new = set(new_keys)
+    edited_images = {img for img, cap in old if (img, cap) not in new}
+    return ["kept" if k in old else "changed" if k[0] in edited_images else "new" for k in new_keys]
+
+
+def _item_key_join():
+    return and_(verdicts.c.image_key == review_items.c.image_key, verdicts.c.caption_hash == review_items.c.caption_hash)
+
+
 def open_session(catalog: Catalog, path: Path | str) -> ReviewSession:
-    """Load a caption file and resume its session (same file, same content) or create one."""
+    """Load a caption file and resume its session (same file, same content) or create one.
+
+    A new version of a file that was reviewed before keeps every verdict of its unchanged
+    items, marks each item new / changed / kept against the previous version, and starts at
+    the first item with no verdict on the whole item.
+    """
     cf = load_caption_file(path)
     if not cf.items:
         detail = "; ".join(str(p) for p in cf.problems[:5])
         raise ReviewError(f"{cf.path.name} has no usable items" + (f" ({detail})" if detail else ""))
+    # Hashing the pictures reads files: done before the write transaction, which then only
+    # takes the write lock for the inserts.
+    keys = _image_keys(catalog, [it.image_path for it in cf.items])
+    item_keys = [(keys[it.image_path].key, caption_hash(it.caption)) for it in cf.items]
     now = time.time()
     with catalog.write() as conn:
         row = conn.execute(
@@ -275,6 +374,19 @@ def open_session(catalog: Catalog, path: Path | str) -> ReviewSession:
         ).first()
         resumed = row is not None
         if row is None:
+            previous = conn.execute(
+                select(review_sessions.c.id)
+                .where(review_sessions.c.caption_file == str(cf.path))
+                .order_by(review_sessions.c.updated_at.desc(), review_sessions.c.id.desc())
+                .limit(1)
+            ).first()
+            changes: list[str | None] = [None] * len(cf.items)
+            if previous is not None:
+                old = [(r[0], r[1]) for r in conn.execute(
+                    select(review_items.c.image_key, review_items.c.caption_hash)
+                    .where(review_items.c.session_id == previous[0])
+                )]
+                changes = list(_changes(item_keys, old))
             sid = conn.execute(
                 insert(review_sessions).values(
                     caption_file=str(cf.path), file_hash=cf.file_hash, position=0, created_at=now, updated_at=now
@@ -283,25 +395,51 @@ def open_session(catalog: Catalog, path: Path | str) -> ReviewSession:
             conn.execute(
                 insert(review_items),
                 [
-                    {"session_id": sid, "line_no": it.line_no, "image_path": it.image_path, "caption": it.caption}
-                    for it in cf.items
+                    {"session_id": sid, "line_no": it.line_no, "image_path": it.image_path, "caption": it.caption,
+                     "image_key": key[0], "caption_hash": key[1], "change": change,
+                     "image_size": keys[it.image_path].size, "image_mtime_ns": keys[it.image_path].mtime_ns}
+                    for it, key, change in zip(cf.items, item_keys, changes, strict=True)
                 ],
             )
+            first_open = conn.execute(
+                select(review_items.c.line_no)
+                .where(review_items.c.session_id == sid)
+                .where(~select(verdicts.c.id).where(
+                    _item_key_join(), verdicts.c.sentence_index.is_(None), verdicts.c.verdict.is_not(None)
+                ).exists())
+                .order_by(review_items.c.line_no).limit(1)
+            ).first()
             position = 0
+            if first_open is not None:
+                position = [it.line_no for it in cf.items].index(int(first_open[0]))
+            conn.execute(update(review_sessions).where(review_sessions.c.id == sid).values(position=position))
         else:
             sid, position = int(row[0]), int(row[1])
-        ids = [int(r[0]) for r in conn.execute(
-            select(review_items.c.id).where(review_items.c.session_id == sid).order_by(review_items.c.line_no)
-        )]
+            # Touched, so that the next version of the file is compared with this one.
+            conn.execute(update(review_sessions).where(review_sessions.c.id == sid).values(updated_at=now))
+        stored = conn.execute(
+            select(review_items.c.id, review_items.c.change)
+            .where(review_items.c.session_id == sid).order_by(review_items.c.line_no)
+        ).all()
+    ids = [int(r[0]) for r in stored]
+    marks = [r[1] for r in stored]
+    summary = None
+    if any(m is not None for m in marks):
+        summary = ChangeSummary(*(sum(1 for m in marks if m == c) for c in CHANGES))
     position = min(max(position, 0), len(ids) - 1)
-    return ReviewSession(int(sid), str(cf.path), cf.file_hash, position, ids, cf.problems, resumed)
+    return ReviewSession(int(sid), str(cf.path), cf.file_hash, position, ids, cf.problems, resumed, summary)
 
 
 def _verdicts_for(conn, item_ids: Iterable[int]) -> dict[int, list]:
+    """item id -> its verdict rows (found through the item's image and caption keys)."""
     ids = list(item_ids)
     out: dict[int, list] = {}
     for start in range(0, len(ids), 900):
-        q = select(verdicts).where(verdicts.c.item_id.in_(ids[start : start + 900]))
+        q = (
+            select(review_items.c.id.label("item_id"), verdicts)
+            .select_from(review_items.join(verdicts, _item_key_join()))
+            .where(review_items.c.id.in_(ids[start : start + 900]))
+        )
         for r in conn.execute(q):
             out.setdefault(int(r.item_id), []).append(r)
     return out
@@ -315,6 +453,7 @@ def _to_item(row, index: int, vrows: list) -> ReviewItem:
         image_path=row.image_path,
         caption=row.caption,
         sentences=split_sentences(row.caption),
+        change=row.change,
     )
     for v in vrows:
         verdict = Verdict(v.verdict, v.note, float(v.updated_at))
@@ -352,18 +491,24 @@ def set_verdict(
 ) -> None:
     """Record (or replace) the verdict on an item or one of its sentences, committed at once.
 
-    `verdict` None with an empty note clears it; None with a note keeps just the note.
+    The verdict is stored under the item's (image, caption) keys, so every session holding the
+    same image and caption sees it. `verdict` None with an empty note clears it; None with a
+    note keeps just the note.
     """
     if verdict is not None and verdict not in VERDICTS:
         raise ReviewError(f"unknown verdict {verdict!r}; use one of {', '.join(VERDICTS)}")
     note = note or ""
     with catalog.write() as conn:
-        row = conn.execute(select(review_items.c.caption).where(review_items.c.id == item_id)).first()
+        row = conn.execute(
+            select(review_items.c.caption, review_items.c.image_key, review_items.c.caption_hash)
+            .where(review_items.c.id == item_id)
+        ).first()
         if row is None:
             raise ReviewError(f"no review item {item_id}")
-        if sentence_index is not None and not 0 <= sentence_index < len(split_sentences(row[0])):
+        caption, img_key, cap_hash = row
+        if sentence_index is not None and not 0 <= sentence_index < len(split_sentences(caption)):
             raise ReviewError(f"item {item_id} has no sentence {sentence_index}")
-        target = verdicts.c.item_id == item_id
+        target = (verdicts.c.image_key == img_key) & (verdicts.c.caption_hash == cap_hash)
         target = target & (
             verdicts.c.sentence_index.is_(None) if sentence_index is None else verdicts.c.sentence_index == sentence_index
         )
@@ -371,7 +516,8 @@ def set_verdict(
         if verdict is not None or note.strip():
             conn.execute(
                 insert(verdicts).values(
-                    item_id=item_id, sentence_index=sentence_index, verdict=verdict, note=note, updated_at=time.time()
+                    image_key=img_key, caption_hash=cap_hash, sentence_index=sentence_index, verdict=verdict,
+                    note=note, updated_at=time.time()
                 )
             )
 
@@ -391,8 +537,8 @@ def progress(catalog: Catalog, session: ReviewSession) -> tuple[int, int]:
     """(items with a whole-item verdict, items in the session)."""
     with catalog.read() as conn:
         done = conn.execute(
-            select(func.count())
-            .select_from(verdicts.join(review_items, verdicts.c.item_id == review_items.c.id))
+            select(func.count(func.distinct(review_items.c.id)))
+            .select_from(review_items.join(verdicts, _item_key_join()))
             .where(
                 review_items.c.session_id == session.id,
                 verdicts.c.sentence_index.is_(None),

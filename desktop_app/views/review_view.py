@@ -4,7 +4,8 @@ Keys follow darktable / Lightroom habits: Space / Backspace next / previous item
 faithful / unfaithful / unsure on the selected row (the whole item, or a sentence picked
 with Up / Down), N to write a note, F full screen. Every verdict is saved to the catalog at
 once (in order, through one background thread); the position is saved too, so reopening
-the same file resumes where the annotator stopped.
+the same file resumes where the annotator stopped. An edited file keeps the verdicts of its
+unchanged items; the panel says how many items are new, changed or kept, and marks each one.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ from desktop_app.workers import Backend, Job, WorkerHub
 
 CAPTION_FILTER = "Caption files (*.jsonl *.ndjson *.json *.csv *.tsv);;All files (*)"
 VERDICT_LABELS = {"faithful": "Faithful", "unfaithful": "Unfaithful", "unsure": "Unsure"}
+# The marker of an item against the previous version of its caption file.
+CHANGE_LABELS = {
+    "new": "New in this version of the file",
+    "changed": "Changed: the caption was edited since the last version; earlier verdicts do not apply",
+    "kept": "Kept from the last version, with its verdicts",
+}
 
 
 class VerdictRow(QFrame):
@@ -152,6 +159,8 @@ class ReviewView(QWidget):
                                  "an image and a caption per line.")
         self.file_label.setWordWrap(True)
         self.position_label = QLabel("")
+        self.change_label = QLabel("")
+        self.change_label.setObjectName("review-change")
         self.progress = QProgressBar()
         self.progress.setFormat("%v of %m reviewed")
         self.progress.setFixedWidth(220)
@@ -164,6 +173,7 @@ class ReviewView(QWidget):
         top.addWidget(self.open_button)
         top.addWidget(self.file_label, 1)
         top.addWidget(self.position_label)
+        top.addWidget(self.change_label)
         top.addWidget(self.progress)
         top.addWidget(self.export_button)
         top.addWidget(self.full_button)
@@ -267,6 +277,8 @@ class ReviewView(QWidget):
         self._set_enabled(True)
         name = os.path.basename(session.caption_file)
         how = "resumed where you stopped" if session.resumed else "new review"
+        if session.changes is not None:
+            how += f" · since the last version: {session.changes}"
         self.file_label.setText(f"<b>{html.escape(name)}</b> · {len(session)} items · {how}")
         self.progress.setRange(0, len(session))
         if session.problems:
@@ -297,7 +309,8 @@ class ReviewView(QWidget):
         more = f"\n… and {len(lines) - 100} more" if len(lines) > 100 else ""
         messages.show_info(self, "Skipped lines",
                            f"These lines of {os.path.basename(self.session.caption_file)} cannot be reviewed; "
-                           "fix them and open the file again (it then starts a new review).\n\n"
+                           "fix them and open the file again: the verdicts on the other lines are kept, "
+                           "and the fixed lines are marked new.\n\n"
                            + "\n".join(lines[:100]) + more)
 
     # -- navigation ------------------------------------------------------------------------------------
@@ -335,6 +348,11 @@ class ReviewView(QWidget):
         self.item = item
         self.grounding = None
         self.position_label.setText(f"Item {item.index + 1} of {len(self.session)} · line {item.line_no}")
+        change = getattr(item, "change", None)
+        self.change_label.setText(change or "")
+        self.change_label.setToolTip(CHANGE_LABELS.get(change, ""))
+        self.change_label.setStyleSheet(
+            f"color: {theme.warning_colour()}; font-weight: bold;" if change in ("new", "changed") else "")
         self.caption.setHtml(self._caption_html(item, None))
         self._build_rows(item)
         self.canvas.set_image(None)

@@ -18,7 +18,7 @@ from sqlalchemy.pool import QueuePool
 
 from engine.errors import CatalogError, CatalogTooNewError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 30.0
 
 # Each step's DDL is frozen as literal SQL: schema.py describes the *current* tables for
@@ -113,6 +113,63 @@ _V2_DDL = (
 )
 
 
+# Version 3: verdicts keyed by (image content, caption text, sentence index) instead of by a
+# session's item, so an edited caption file keeps the verdicts of its unchanged items. SQLite
+# cannot add NOT NULL columns or change a table's keys in place: new tables are filled from the
+# old ones (_v3 computes the keys) and renamed over them.
+_V3_CREATE = (
+    """CREATE TABLE review_items_v3 (
+	id INTEGER NOT NULL,
+	session_id INTEGER NOT NULL,
+	line_no INTEGER NOT NULL,
+	image_path TEXT NOT NULL,
+	caption TEXT NOT NULL,
+	image_key TEXT NOT NULL,
+	caption_hash VARCHAR NOT NULL,
+	change VARCHAR,
+	image_size BIGINT,
+	image_mtime_ns BIGINT,
+	PRIMARY KEY (id),
+	CONSTRAINT uq_review_items_line UNIQUE (session_id, line_no),
+	FOREIGN KEY(session_id) REFERENCES review_sessions (id) ON DELETE CASCADE
+)""",
+    """CREATE TABLE verdicts_v3 (
+	id INTEGER NOT NULL,
+	image_key TEXT NOT NULL,
+	caption_hash VARCHAR NOT NULL,
+	sentence_index INTEGER,
+	verdict VARCHAR,
+	note TEXT NOT NULL,
+	updated_at FLOAT NOT NULL,
+	PRIMARY KEY (id),
+	CONSTRAINT ck_verdicts_value CHECK (verdict IS NULL OR verdict IN ('faithful', 'unfaithful', 'unsure'))
+)""",
+)
+_V3_FILL_ITEMS = (
+    "INSERT INTO review_items_v3 (id, session_id, line_no, image_path, caption, image_key, caption_hash, "
+    "change, image_size, image_mtime_ns) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)"
+)
+# Two items of old sessions with the same (image, caption) may both hold a verdict on the same
+# target (an edited file used to start from nothing): the most recent one wins.
+_V3_FILL_VERDICTS = (
+    """INSERT INTO verdicts_v3 (image_key, caption_hash, sentence_index, verdict, note, updated_at)
+SELECT i.image_key, i.caption_hash, v.sentence_index, v.verdict, v.note, v.updated_at
+FROM verdicts AS v JOIN review_items_v3 AS i ON i.id = v.item_id
+WHERE true
+ORDER BY v.updated_at, v.id
+ON CONFLICT (image_key, caption_hash, coalesce(sentence_index, -1)) DO UPDATE SET verdict = excluded.verdict, note = excluded.note, updated_at = excluded.updated_at
+WHERE excluded.updated_at >= verdicts_v3.updated_at"""
+)
+_V3_SWAP = (
+    "DROP TABLE verdicts",
+    "DROP TABLE review_items",
+    "ALTER TABLE review_items_v3 RENAME TO review_items",
+    "ALTER TABLE verdicts_v3 RENAME TO verdicts",
+    "CREATE INDEX ix_review_items_image ON review_items (image_path)",
+    "CREATE UNIQUE INDEX ux_verdicts_target ON verdicts (image_key, caption_hash, coalesce(sentence_index, -1))",
+)
+
+
 def _run_ddl(conn: Connection, statements: tuple[str, ...]) -> None:
     for sql in statements:
         conn.exec_driver_sql(sql)
@@ -126,8 +183,41 @@ def _v2(conn: Connection) -> None:
     _run_ddl(conn, _V2_DDL)
 
 
+def _v3(conn: Connection) -> None:
+    import os
+
+    from engine.catalog.review_keys import caption_hash, image_key
+
+    _run_ddl(conn, _V3_CREATE)
+    # The unique index the verdicts are filled through (the final one is made after the swap).
+    conn.exec_driver_sql(
+        "CREATE UNIQUE INDEX ux_verdicts_v3_target ON verdicts_v3 (image_key, caption_hash, coalesce(sentence_index, -1))"
+    )
+    # Old verdicts carry over to the image's content as it is now: the picture on disk is taken
+    # to be the one that was reviewed (there is no record of what it was then).
+    keys: dict[str, tuple[str, int | None, int | None]] = {}
+    rows = conn.exec_driver_sql(
+        "SELECT id, session_id, line_no, image_path, caption FROM review_items ORDER BY id").all()
+    filled = []
+    for item_id, session_id, line_no, image_path, caption in rows:
+        if image_path not in keys:
+            try:
+                st = os.stat(image_path)
+                size, mtime = int(st.st_size), int(st.st_mtime_ns)
+            except OSError:
+                size = mtime = None
+            keys[image_path] = (image_key(image_path), size, mtime)
+        key, size, mtime = keys[image_path]
+        filled.append((item_id, session_id, line_no, image_path, caption, key, caption_hash(caption), size, mtime))
+    for start in range(0, len(filled), 500):
+        conn.exec_driver_sql(_V3_FILL_ITEMS, filled[start : start + 500])
+    conn.exec_driver_sql(_V3_FILL_VERDICTS)
+    conn.exec_driver_sql("DROP INDEX ux_verdicts_v3_target")
+    _run_ddl(conn, _V3_SWAP)
+
+
 # Linear migration steps: MIGRATIONS[v] takes a catalog from version v-1 to v.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
 
 
 def create_catalog_engine(path: Path) -> Engine:

@@ -74,15 +74,17 @@ embeddings = Table(
 )
 Index("ix_embeddings_model", embeddings.c.model_id)
 
-# --- version 2: review of captions by annotators -------------------------------------------
-# The migration step in db.py creates these with frozen SQL; keep both in step (a test checks).
+# --- version 2: review of captions by annotators; version 3: verdicts keyed by content -----
+# The migration steps in db.py create these with frozen SQL; keep both in step (a test checks).
 
 review_sessions = Table(
     "review_sessions",
     metadata,
     Column("id", Integer, primary_key=True),
     Column("caption_file", Text, nullable=False),  # absolute path of the JSONL/CSV file
-    Column("file_hash", String, nullable=False),  # SHA-256 of its bytes: an edited file is a new session
+    # SHA-256 of its bytes: a session is one version of the file (its position, its item list);
+    # the verdicts are not the session's but the items' (see verdicts).
+    Column("file_hash", String, nullable=False),
     Column("position", Integer, nullable=False),  # index of the item the annotator was on
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
@@ -97,14 +99,28 @@ review_items = Table(
     Column("line_no", Integer, nullable=False),  # 1-based line of the caption file
     Column("image_path", Text, nullable=False),
     Column("caption", Text, nullable=False),
+    # What the verdicts are keyed by (catalog.review_keys): the image's content, the caption's text.
+    Column("image_key", Text, nullable=False),
+    Column("caption_hash", String, nullable=False),
+    # Against the previous version of the same caption file: new | changed | kept; NULL for the
+    # first version (nothing to compare with) and for items made before schema 3.
+    Column("change", String),
+    # The image file's size and mtime when image_key was computed: an unchanged file reuses the
+    # key instead of being hashed again at every open.
+    Column("image_size", BigInteger),
+    Column("image_mtime_ns", BigInteger),
     UniqueConstraint("session_id", "line_no", name="uq_review_items_line"),
 )
+Index("ix_review_items_image", review_items.c.image_path)
 
 verdicts = Table(
     "verdicts",
     metadata,
     Column("id", Integer, primary_key=True),
-    Column("item_id", Integer, ForeignKey("review_items.id", ondelete="CASCADE"), nullable=False),
+    # Keyed by (image content, caption text, sentence index), not by a session's item: every
+    # unchanged (image, caption) keeps its verdicts whatever else changes in the caption file.
+    Column("image_key", Text, nullable=False),
+    Column("caption_hash", String, nullable=False),
     Column("sentence_index", Integer),  # NULL: the verdict on the whole item
     Column("verdict", String),  # faithful | unfaithful | unsure; NULL while only a note is kept
     Column("note", Text, nullable=False),

@@ -15,9 +15,11 @@ import base64
 import csv
 import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import limits
 from engine.errors import DecodeError, LonglensError
 from engine.indexing.decode import SUPPORTED_EXTENSIONS, decode_image
 
@@ -53,17 +55,21 @@ def _resolve(ref: str, base: Path) -> Path:
 
 def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageItem]:
     path = Path(path).expanduser()
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"--list {path} does not exist") from None
-    except OSError as exc:
-        raise InputError(f"cannot read --list {path}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(f"{path}:{line}: not UTF-8 text") from None
+    if not path.exists():
+        raise InputError(f"--list {path} does not exist")
+    unread: list[str] = []
+
+    def text_lines(split_cr: bool = False) -> Iterator[str]:
+        # Bounded reads (engine.limits): an over-long line is reported, never held whole; it
+        # stands in as an empty line so that the numbering stays the file's.
+        try:
+            for line in limits.iter_text_lines(path, split_cr=split_cr):
+                if line.problem is not None:
+                    unread.append(f"{path}:{line.line_no}: line: {line.problem}")
+                yield line.text
+        except OSError as exc:
+            raise InputError(f"cannot read --list {path}: {exc.strerror or exc}") from None
+
     base = path.resolve().parent
     items: list[ImageItem] = []
     problems: list[str] = []
@@ -76,6 +82,10 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
         if caption is not None and not isinstance(caption, str):
             problems.append(f"{path}:{line_no}: caption: must be text, got {type(caption).__name__}")
             return
+        too_big = limits.caption_problem(caption.strip()) if caption else None
+        if too_big is not None:
+            problems.append(f"{path}:{line_no}: caption: {too_big}")
+            return
         p = _resolve(ref, base)
         if not p.is_file():
             problems.append(f"{path}:{line_no}: image: file not found: {p}")
@@ -83,7 +93,7 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
         items.append(ImageItem(p, caption.strip() if caption and caption.strip() else None, f"{path}:{line_no}"))
 
     if suffix in (".jsonl", ".jsonlines", ".ndjson"):
-        for n, line in enumerate(text.splitlines(), start=1):
+        for n, line in enumerate(text_lines(), start=1):
             if not line.strip():
                 continue
             try:
@@ -96,7 +106,7 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
                 continue
             add(n, obj.get("image"), obj.get("caption", obj.get("original_caption")))
     elif suffix in (".csv", ".tsv"):
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",")
+        reader = csv.reader(text_lines(split_cr=True), delimiter="\t" if suffix == ".tsv" else ",")
         try:
             header = [h.strip().lower() for h in next(reader)]
         except StopIteration:
@@ -114,9 +124,11 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
                 continue
             add(n, row[ci], row[cc] if cc is not None else None)
     else:
-        for n, line in enumerate(text.splitlines(), start=1):
+        for n, line in enumerate(text_lines(), start=1):
             if line.strip() and not line.lstrip().startswith("#"):
                 add(n, line.strip(), None)
+    # Every message starts "PATH:LINE:"; the unreadable lines were found while reading, in order.
+    problems = sorted(unread + problems, key=lambda p: int(p.removeprefix(f"{path}:").split(":", 1)[0]))
     if problems:
         more = f"\n... and {len(problems) - max_problems} more" if len(problems) > max_problems else ""
         raise InputError(f"--list {path} has {len(problems)} bad line(s):\n" + "\n".join(problems[:max_problems]) + more)

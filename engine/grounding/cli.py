@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import csv
 import html
-import io
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from engine import limits
 from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text
 
@@ -87,6 +88,9 @@ def _load_image(path: Path) -> Any:
 def _check_text(text: str) -> str:
     if not isinstance(text, str) or not text.strip():
         raise LonglensError("the caption is empty")
+    too_big = limits.caption_problem(text)
+    if too_big is not None:
+        raise LonglensError(too_big)
     if not any(ch.isalnum() for ch in text):
         raise LonglensError("the caption has no words")
     return text
@@ -146,7 +150,11 @@ def write_outputs(image: Any, g: Any, out: Path, prefix: str = "") -> dict[str, 
 
 
 def cmd_ground(args: argparse.Namespace) -> int:
-    text = sys.stdin.read() if args.paragraph == "-" else args.paragraph
+    # At most one character past the limit is read from stdin: enough to know it is too long.
+    text = sys.stdin.read(limits.MAX_CAPTION_CHARS + 1) if args.paragraph == "-" else args.paragraph
+    problem = limits.query_problem(text) if text.strip() else None
+    if problem is not None:
+        raise LonglensError(problem)
     _check_text(text)
     image = _load_image(args.image)
     grounder = _grounder(args)
@@ -183,25 +191,32 @@ def read_items(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | N
     """
     if not path.is_file():
         raise LonglensError(f"input file not found: {path}")
-    raw = path.read_bytes()
+    # Read line by line within engine.limits: a 2 GB line or a file of millions of lines is
+    # reported, never read whole into memory.
     try:
-        content = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise LonglensError(f"{path} is not UTF-8 text") from None
+        fd = limits.open_regular(path)
+        with os.fdopen(fd, "rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        raise LonglensError(f"cannot read {path}: {exc.strerror or exc}") from None
     base = path.parent
     # The suffix decides when it names a format: sniffing a .jsonl file whose first line is
     # broken would read every good line as CSV.
     suffix = path.suffix.lower()
     is_csv = suffix == ".csv" or (
         suffix not in (".jsonl", ".json", ".jsonlines", ".ndjson")
-        and not content.lstrip().startswith("{") and "," in content[:4096])
+        and not head.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{") and b"," in head)
+    lines = _text_lines(path, split_cr=is_csv)
     if is_csv:
-        yield from _read_csv(content, base)
+        yield from _read_csv(lines, base)
         return
     # Split on "\n" only: str.splitlines() also breaks at U+2028, U+0085, form feeds, ..., which a
     # JSON string may hold, and would cut such a line in two and shift every later line number.
-    for n, line in enumerate(content.split("\n"), start=1):
-        line = line.removesuffix("\r")
+    for n, line, problem in lines:
+        if problem is not None:
+            yield n, None, problem
+            continue
+        line = line.removesuffix("\n").removesuffix("\r")
         if not line.strip():
             continue
         try:
@@ -215,6 +230,16 @@ def read_items(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | N
         yield n, *_pick(obj, base)
 
 
+def _text_lines(path: Path, split_cr: bool) -> Iterator[tuple[int, str, str | None]]:
+    """(line number, text with its newline, None) per line, or (line number, "\n", reason) for a
+    line that cannot be read (too long, not UTF-8, past the line limit)."""
+    try:
+        for line in limits.iter_text_lines(path, split_cr=split_cr):
+            yield line.line_no, line.text, line.problem
+    except OSError as exc:
+        raise LonglensError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def _pick(obj: dict[str, Any], base: Path) -> tuple[dict[str, Any] | None, str | None]:
     lower = {str(k).lower(): v for k, v in obj.items()}
     img = next((lower[k] for k in IMAGE_KEYS if k in lower), None)
@@ -225,24 +250,44 @@ def _pick(obj: dict[str, Any], base: Path) -> tuple[dict[str, Any] | None, str |
         return None, f"no caption (expected one of: {', '.join(CAPTION_KEYS)})"
     if not isinstance(img, str) or not isinstance(cap, str):
         return None, "image path and caption must be strings"
+    too_big = limits.caption_problem(cap)
+    if too_big is not None:
+        return None, too_big
     p = Path(img).expanduser()
     return {"image": str(p if p.is_absolute() else base / p), "caption": cap}, None
 
 
-def _read_csv(content: str, base: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+def _read_csv(lines: Iterator[tuple[int, str, str | None]], base: Path
+              ) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
     # Numbered by the line each record starts on (a quoted caption may span lines), and a
     # malformed record (e.g. a field over the csv module's size limit) is reported, not raised.
-    reader = csv.reader(io.StringIO(content, newline=""))
+    # A line that could not be read stands in as an empty line (its problem is reported first).
+    unread: list[tuple[int, str]] = []
+
+    def texts() -> Iterator[str]:
+        for n, text, problem in lines:
+            if problem is not None:
+                unread.append((n, problem))
+            yield text
+
+    reader = csv.reader(texts())
     header: list[str] = []
     has_header: bool | None = None
     while True:
         k = reader.line_num + 1
+        row: list[str] | csv.Error | None
         try:
             row = next(reader)
         except StopIteration:
-            return
+            row = None
         except csv.Error as exc:
-            yield k, None, f"malformed CSV ({exc})"
+            row = exc
+        pending, unread[:] = list(unread), []
+        yield from ((n, None, problem) for n, problem in pending)
+        if row is None:
+            return
+        if isinstance(row, csv.Error):
+            yield k, None, f"malformed CSV ({row})"
             continue
         if has_header is None:
             header = [c.strip().lower() for c in row]

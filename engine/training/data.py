@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from engine import limits
 from engine.errors import LonglensError
 
 if TYPE_CHECKING:
@@ -154,6 +155,10 @@ def _text(obj: dict, key: str, chk: _LineCheck, *, required: bool, needed_by: st
         if required:
             chk.error(key, "empty" + (f" (config {needed_by} needs it)" if needed_by else ""))
         return ""
+    too_big = limits.caption_problem(value.strip())
+    if too_big is not None:
+        chk.error(key, too_big)
+        return ""
     return value.strip()
 
 
@@ -173,6 +178,11 @@ def _text_list(obj: dict, key: str, chk: _LineCheck, need: int, needed_by: str) 
         chk.error(key, f"item {bad[0]} is not a non-empty string" + (f" ({len(bad)} such items)" if len(bad) > 1 else ""))
         return ()
     texts = tuple(t.strip() for t in value)
+    for i, t in enumerate(texts):
+        too_big = limits.caption_problem(t)
+        if too_big is not None:
+            chk.error(key, f"item {i}: {too_big}")
+            return ()
     if len(texts) < need:
         chk.error(key, f"{len(texts)} given, config {needed_by} needs {need}")
     elif len(texts) != EXPECTED_COUNT:
@@ -233,12 +243,9 @@ def _lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
     if not path.is_file():
         raise TrainingDataError(f"training data file {path} does not exist")
     try:
-        with open(path, "rb") as fh:
-            for n, raw in enumerate(fh, start=1):
-                try:
-                    yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8"), ""
-                except UnicodeDecodeError as exc:
-                    yield n, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+        # Bounded reads (engine.limits): an over-long line is reported, never held whole.
+        for line in limits.iter_text_lines(path):
+            yield line.line_no, (None if line.problem else line.text), line.problem or ""
     except OSError as exc:
         raise TrainingDataError(f"cannot read training data {path}: {exc.strerror or exc}") from exc
 

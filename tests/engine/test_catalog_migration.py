@@ -29,9 +29,9 @@ def test_v1_catalog_migrates_to_v2_keeping_data_and_a_backup(tmp_path):
     _make_v1(path)
     cat = Catalog(path)
     try:
-        assert db.SCHEMA_VERSION == 2
+        assert db.SCHEMA_VERSION == 3  # v1 -> v2 -> v3 (verdicts keyed by content)
         with cat.read() as conn:
-            assert db.user_version(conn) == 2
+            assert db.user_version(conn) == 3
             tables = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'")}
         assert {"review_sessions", "review_items", "verdicts"} <= tables
         assert [lib.root for lib in cat.libraries()] == ["/photos"]
@@ -71,16 +71,23 @@ def test_frozen_ddl_matches_the_table_definitions(tmp_path):
         cat.close()
 
 
-def test_deleting_a_session_cascades(tmp_path):
+def test_deleting_a_session_cascades_to_its_items_not_to_the_verdicts(tmp_path):
+    """Since schema 3 verdicts belong to (image, caption), which other sessions may share: deleting a
+    session removes its items, and the verdicts stay for every session that holds the same item."""
     cat = Catalog(tmp_path / "c.sqlite3")
     try:
         with cat.write() as conn:
             conn.exec_driver_sql("INSERT INTO review_sessions VALUES (1, '/c.jsonl', 'h', 0, 1.0, 1.0)")
-            conn.exec_driver_sql("INSERT INTO review_items VALUES (1, 1, 1, '/a.jpg', 'A cat.')")
-            conn.exec_driver_sql("INSERT INTO verdicts VALUES (1, 1, NULL, 'faithful', '', 1.0)")
+            conn.exec_driver_sql(
+                "INSERT INTO review_items (id, session_id, line_no, image_path, caption, image_key, caption_hash) "
+                "VALUES (1, 1, 1, '/a.jpg', 'A cat.', 'sha256:aa', 'cc')")
+            conn.exec_driver_sql(
+                "INSERT INTO verdicts (image_key, caption_hash, sentence_index, verdict, note, updated_at) "
+                "VALUES ('sha256:aa', 'cc', NULL, 'faithful', '', 1.0)")
         with cat.write() as conn:
             conn.exec_driver_sql("DELETE FROM review_sessions")
         with cat.read() as conn:
-            assert conn.exec_driver_sql("SELECT count(*) FROM verdicts").scalar() == 0
+            assert conn.exec_driver_sql("SELECT count(*) FROM review_items").scalar() == 0
+            assert conn.exec_driver_sql("SELECT count(*) FROM verdicts").scalar() == 1
     finally:
         cat.close()

@@ -124,7 +124,10 @@ def test_session_verdicts_resume_and_progress(tmp_path, images, cat):
     review.set_verdict(cat, first.id, None, None)
     assert review.get_item(cat, s, 0).verdict is None
     with cat.read() as conn:
-        assert conn.exec_driver_sql("SELECT count(*) FROM verdicts WHERE item_id=?", (first.id,)).scalar() == 1
+        # Verdicts are keyed by the item's image and caption (schema 3), not by its row id.
+        assert conn.exec_driver_sql(
+            "SELECT count(*) FROM verdicts v JOIN review_items i ON v.image_key = i.image_key "
+            "AND v.caption_hash = i.caption_hash WHERE i.id=?", (first.id,)).scalar() == 1
 
 
 def test_an_edited_file_is_a_new_session(tmp_path, images, cat):
@@ -134,7 +137,8 @@ def test_an_edited_file_is_a_new_session(tmp_path, images, cat):
     _caps(tmp_path, images, ["One.", "Two.", "Three."])
     s2 = review.open_session(cat, f)
     assert s2.id != s1.id and not s2.resumed and len(s2) == 3
-    assert review.progress(cat, s2) == (0, 3)
+    # Since schema 3 the unchanged item "One." keeps its verdict in the new version (issue 16.13).
+    assert review.progress(cat, s2) == (1, 3)
     assert review.progress(cat, s1) == (1, 2)  # the old verdicts are kept
 
 
