@@ -1,0 +1,388 @@
+"""Issue 16 item 1 and checklist 28: every open of a user's file is safe against a path that has
+changed type since it was scanned (now a FIFO, a link to /dev/zero, a folder, a socket, a link
+where a plain file was, or a file that keeps growing). Nothing blocks or spins: the file is
+reported with a reason, the other files are indexed and the index is saved; Ctrl+C stops a run
+even while a worker is deep in a file.
+
+The swaps are deterministic: in a child process the scanner is wrapped so that the swap happens
+right after the real scan, before any file is hashed or decoded; for the direct tests, right
+after the first stat() of the path (the old stat-then-open race). Anything that could hang runs
+under a timeout that fails the test (subprocess timeouts, pytest-timeout in-process).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.errors import DecodeError, JobCancelled
+from engine.fileutil import sha256_file
+from engine.indexing.decode import DECODE_REASONS, decode_image, read_meta
+from engine.jobs import CancelToken
+from engine.thumbnails import ThumbnailCache, make_thumbnail
+from tests.e2e.conftest import TINY_MODEL
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs, sockets and /dev/zero are POSIX")
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD_TIMEOUT_S = 240  # a child that has not finished by then hung
+KINDS = ("fifo", "dev_zero", "folder", "socket")
+KIND_WORDS = {"fifo": "FIFO", "dev_zero": "character device", "folder": "folder", "socket": "socket",
+              "link": "symbolic link"}
+
+
+# --------------------------------------------------------------------------- making the swaps
+
+
+def swap_path(path: Path, kind: str) -> None:
+    """Replace the regular file at `path` by `kind`: fifo, dev_zero (a link to /dev/zero), folder,
+    socket, link (a link to a copy of the file outside its folder), or growing (it stays a file that
+    a thread keeps appending to, 32 MiB in all, so that the disk does not fill)."""
+    path = Path(path)
+    if kind == "growing":
+        def append() -> None:
+            with open(path, "ab") as f:
+                for _ in range(128):
+                    f.write(os.urandom(256 * 1024))
+                    f.flush()
+
+        threading.Thread(target=append, daemon=True).start()
+        return
+    if kind == "link":
+        target = path.parent.parent / f"outside-{path.name}"
+        shutil.copyfile(path, target)
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev_zero":
+        os.symlink("/dev/zero", path)
+    elif kind == "folder":
+        path.mkdir()
+        (path / "inside.jpg").write_bytes(b"not scanned: the scan is over")
+    elif kind == "socket":
+        # AF_UNIX addresses are limited to ~108 bytes; bind by a name relative to the folder.
+        cwd = os.getcwd()
+        os.chdir(path.parent)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.bind(path.name)  # the socket file outlives the socket
+        finally:
+            os.chdir(cwd)
+    elif kind == "link":
+        os.symlink(target, path)
+    else:
+        raise ValueError(kind)
+
+
+@pytest.fixture
+def jpeg(tmp_path) -> Path:
+    from PIL import Image
+
+    folder = tmp_path / "lib"
+    folder.mkdir()
+    p = folder / "photo.jpg"
+    Image.new("RGB", (64, 48), (200, 30, 40)).save(p, "JPEG")
+    return p
+
+
+def swap_after_first_stat(monkeypatch, path: Path, kind: str) -> None:
+    """Swap `path` to `kind` right after something first stat()s it: the window between a check of
+    the path and its open, made deterministic."""
+    real_stat = os.stat
+    state = {"swapped": False}
+
+    def stat_then_swap(p, *args, **kwargs):
+        result = real_stat(p, *args, **kwargs)
+        if not state["swapped"] and os.fspath(p) == os.fspath(path):
+            state["swapped"] = True
+            swap_path(path, kind)
+        return result
+
+    monkeypatch.setattr(os, "stat", stat_then_swap)
+
+
+# --------------------------------------------------------------------------- the helper itself
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", KINDS)
+def test_open_user_file_refuses_each_kind_of_non_regular_file_without_blocking(jpeg, kind):
+    from engine.fileutil import NotARegularFileError, open_user_file, read_user_file
+
+    swap_path(jpeg, kind)
+    with pytest.raises(NotARegularFileError) as info:
+        open_user_file(jpeg)
+    assert str(jpeg) in str(info.value) and KIND_WORDS[kind] in str(info.value)
+    assert isinstance(info.value, OSError) and info.value.filename == str(jpeg)
+    with pytest.raises(NotARegularFileError):
+        read_user_file(jpeg)
+
+
+@pytest.mark.timeout(60)
+def test_open_user_file_follows_links_only_when_asked(jpeg):
+    from engine.fileutil import NotARegularFileError, open_user_file
+
+    data = jpeg.read_bytes()
+    swap_path(jpeg, "link")
+    with open_user_file(jpeg) as f:
+        assert f.read() == data
+    with pytest.raises(NotARegularFileError) as info:
+        open_user_file(jpeg, follow_symlinks=False)
+    assert "symbolic link" in str(info.value)
+    with pytest.raises(FileNotFoundError):
+        open_user_file(jpeg.parent / "missing.jpg")
+
+
+@pytest.mark.timeout(60)
+def test_reads_of_a_growing_file_end_at_the_size_seen_at_open_and_seek_tell_work(tmp_path):
+    from engine.fileutil import FileTooLargeError, open_user_file, read_user_file
+
+    p = tmp_path / "growing.bin"
+    first = os.urandom(300_000)
+    p.write_bytes(first)
+    with open_user_file(p) as f:
+        with open(p, "ab") as w:
+            w.write(os.urandom(5_000_000))  # another program appends after the open
+        assert f.size == len(first)
+        assert f.read(10) == first[:10] and f.tell() == 10
+        assert f.seek(-16, os.SEEK_END) == len(first) - 16 and f.read() == first[-16:]
+        assert f.read() == b""
+        f.seek(0)
+        assert f.read() == first
+    assert p.stat().st_size == len(first) + 5_000_000
+    with pytest.raises(FileTooLargeError) as info:
+        read_user_file(p, max_bytes=1000)
+    assert str(p) in str(info.value) and info.value.limit == 1000
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", KINDS)
+def test_sha256_file_refuses_non_regular_files_never_blocks_or_spins(jpeg, kind):
+    swap_path(jpeg, kind)
+    with pytest.raises(OSError) as info:  # NotARegularFileError
+        sha256_file(jpeg)
+    assert type(info.value).__name__ == "NotARegularFileError"
+    assert str(jpeg) in str(info.value) and KIND_WORDS[kind] in str(info.value)
+
+
+@pytest.mark.timeout(60)
+def test_sha256_file_of_an_ever_growing_file_hashes_the_size_seen_at_open(tmp_path):
+    p = tmp_path / "growing.bin"
+    first = os.urandom(3 * (1 << 20) + 5)
+    p.write_bytes(first)
+    appended = 0
+
+    def append_after_each_chunk(n: int) -> None:
+        # A writer that always stays ahead of the reader (bounded so a plain open() still ends).
+        nonlocal appended
+        if appended < 64:
+            appended += 1
+            with open(p, "ab") as w:
+                w.write(os.urandom(1 << 20))
+
+    assert sha256_file(p, on_bytes=append_after_each_chunk) == hashlib.sha256(first).hexdigest()
+    assert appended >= 1
+
+
+@pytest.mark.timeout(60)
+def test_sha256_file_stops_between_chunks_once_cancelled(tmp_path):
+    p = tmp_path / "big.jpg"
+    with open(p, "wb") as f:
+        f.truncate(1 << 40)  # 1 TiB, sparse: hours to hash, nothing on disk
+    token = CancelToken()
+    chunks = []
+
+    def cancel_after_first(n: int) -> None:
+        chunks.append(n)
+        token.cancel()
+
+    with pytest.raises(JobCancelled):
+        sha256_file(p, on_bytes=cancel_after_first, cancel=token)
+    assert len(chunks) == 1
+
+
+# --------------------------------------------------------------------------- decoding, thumbnails
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("reader", ["decode_image", "read_meta"])
+def test_decoding_a_path_that_changes_type_after_its_stat_is_not_a_file(jpeg, monkeypatch, kind, reader):
+    swap_after_first_stat(monkeypatch, jpeg, kind)
+    os.stat(jpeg)  # what a scan (or an earlier check) saw: a regular file
+    with pytest.raises(DecodeError) as info:
+        decode_image(jpeg, target_size=32) if reader == "decode_image" else read_meta(jpeg)
+    assert info.value.reason == "not a file" and info.value.reason in DECODE_REASONS
+
+
+@pytest.mark.timeout(60)
+def test_decoding_refuses_a_link_swapped_in_when_links_are_not_followed(jpeg):
+    swap_path(jpeg, "link")
+    assert decode_image(jpeg)[1].width == 64  # a link the scan followed is still read
+    for read in (lambda: decode_image(jpeg, follow_symlinks=False), lambda: read_meta(jpeg, follow_symlinks=False)):
+        with pytest.raises(DecodeError) as info:
+            read()
+        assert info.value.reason == "not a file"
+
+
+@pytest.mark.timeout(60)
+def test_decoding_a_growing_file_reads_the_image_and_stops(jpeg):
+    swap_path(jpeg, "growing")
+    image, meta = decode_image(jpeg)
+    assert image.size == (64, 48) and meta.format == "JPEG"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", KINDS)
+def test_thumbnails_of_a_swapped_file_are_a_decode_error_not_a_hang(jpeg, tmp_path, kind):
+    make_thumbnail(jpeg, 32)  # readable first
+    swap_path(jpeg, kind)
+    for cache in (None, ThumbnailCache(tmp_path / "thumbs")):
+        with pytest.raises(DecodeError) as info:
+            make_thumbnail(jpeg, 32, cache)
+        assert info.value.reason == "not a file"
+
+
+# --------------------------------------------------------------------------- real indexing runs
+
+# The real CLI in a child process, with the scanner wrapped so that the swaps happen right after
+# the real scan and before any file is hashed or decoded.
+CHILD = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+
+    import engine.indexing.pipeline as pipeline
+    from engine.cli import main
+    from tests.reliability.test_user_file_opens import swap_path
+
+    lib, swaps, rest = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    real_scan = pipeline.scan_folder
+
+    def scan_then_swap(*args, **kwargs):
+        yield from real_scan(*args, **kwargs)
+        for spec in swaps.split(","):
+            name, kind = spec.split("=")
+            swap_path(lib / name, kind)
+        print("swapped", file=sys.stderr, flush=True)
+
+    pipeline.scan_folder = scan_then_swap
+    sys.exit(main(["index", str(lib), *rest]))
+""")
+
+
+def child_cmd(lib: Path, swaps: dict[str, str], *rest: str) -> list[str]:
+    return [sys.executable, "-c", CHILD, str(lib), ",".join(f"{n}={k}" for n, k in swaps.items()),
+            "--model", TINY_MODEL, *rest]
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def catalog_rows(home: Path) -> dict[str, tuple[int, str, str | None]]:
+    con = sqlite3.connect(f"file:{home / 'data' / 'catalog.sqlite3'}?mode=ro", uri=True)
+    try:
+        return {p: (i, s, r) for p, i, s, r in con.execute("SELECT rel_path, id, status, reason FROM images")}
+    finally:
+        con.close()
+
+
+def copy_in(photos: Path, names: list[str]) -> None:
+    from PIL import Image
+
+    for i, name in enumerate(names):
+        Image.new("RGB", (80, 60), (10 + 20 * i, 120, 200)).save(photos / name, "JPEG")
+
+
+def test_indexing_a_library_whose_files_change_type_after_the_scan_finishes_and_saves(home, photos):
+    from engine.catalog import Catalog
+    from engine.config import get_paths
+    from engine.index.store import index_path
+    from engine.index.vector_index import VectorIndex
+
+    swaps = {f"zz-{kind}.jpg": kind for kind in (*KINDS, "link")}
+    copy_in(photos, [*swaps, "zz-growing.jpg"])
+    n_regular = sum(1 for p in photos.rglob("*") if p.is_file()) - len(swaps)
+    try:
+        proc = subprocess.run(child_cmd(photos, {**swaps, "zz-growing.jpg": "growing"}, "--json", "--batch-size", "4"),
+                              cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"indexing hung on a swapped file: {(exc.stderr or b'')[-2000:]!r}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert not summary["cancelled"]
+    reported = {u["path"]: u["reason"] for u in summary["unreadable"]}
+    assert reported == {name: "not a file" for name in swaps}
+    assert summary["new"] == n_regular  # every other file, the growing one included, is indexed
+    rows = catalog_rows(home)
+    assert {p: (s, r) for p, (_i, s, r) in rows.items() if p in swaps} == {n: ("unreadable", "not a file") for n in swaps}
+    ok = {i for p, (i, s, _r) in rows.items() if s == "ok"}
+    assert len(ok) == n_regular and rows["zz-growing.jpg"][1] == "ok"
+    paths = get_paths(str(home))
+    with Catalog(paths.catalog) as cat:
+        assert cat.integrity_check() == "ok"
+        lib = cat.library_by_root(photos.resolve())
+        assert cat.embedded_ids(lib.id, TINY_MODEL) == ok
+        dim = cat.vectors_for([min(ok)], TINY_MODEL).shape[1]
+    saved = VectorIndex.load(index_path(paths.indexes, lib.id, TINY_MODEL), dim)  # the index was saved
+    assert set(saved.ids().tolist()) == ok
+
+
+def _open_in(pid: int, path: Path) -> bool:
+    fd_dir = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fd_dir / fd) == str(path) for fd in os.listdir(fd_dir))
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="watches the child's open files in /proc")
+def test_ctrl_c_stops_index_while_a_huge_file_is_hashed_and_a_fifo_was_swapped_in(home, photos):
+    """SIGINT to a real `index` while one worker hashes a 1 TiB (sparse) file and the other meets a
+    path swapped to a FIFO: the run stops at its next checkpoint and exits 130, in bounded time."""
+    huge = photos / "aaa-huge.jpg"
+    with open(huge, "wb") as f:
+        f.truncate(1 << 40)  # hours to hash; nothing on disk
+    copy_in(photos, ["aab-swapped.jpg"])
+    proc = subprocess.Popen(child_cmd(photos, {"aab-swapped.jpg": "fifo"}, "--json", "--batch-size", "4"),
+                            cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + CHILD_TIMEOUT_S
+        while not _open_in(proc.pid, huge.resolve()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert _open_in(proc.pid, huge.resolve()), "the child never started hashing the huge file"
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("Ctrl+C did not stop `longlens index` while a file was being hashed")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    summary = json.loads(out)
+    assert summary["cancelled"] is True
+    con = sqlite3.connect(f"file:{home / 'data' / 'catalog.sqlite3'}?mode=ro", uri=True)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        con.close()
