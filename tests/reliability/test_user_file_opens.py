@@ -98,26 +98,41 @@ def jpeg(tmp_path) -> Path:
     return p
 
 
-def swap_after_first_stat(monkeypatch, path: Path, kind: str) -> None:
-    """Swap `path` to `kind` right after something first stat()s it: the window between a check of
-    the path and its open, made deterministic."""
-    real_stat = os.stat
+def swap_on_first_look(monkeypatch, path: Path, kind: str) -> None:
+    """Swap `path` to `kind` the moment the code under test first looks at it: right after its first
+    stat() (which still saw the regular file), or right before its first os.open(). That is the
+    window between a check of a path and its open, or between a scan and the read, made
+    deterministic."""
     state = {"swapped": False}
+
+    def ours(p) -> bool:
+        return not state["swapped"] and isinstance(p, (str, os.PathLike)) and os.fspath(p) == os.fspath(path)
+
+    def swap() -> None:
+        state["swapped"] = True
+        swap_path(path, kind)
+
+    real_stat, real_open = os.stat, os.open
 
     def stat_then_swap(p, *args, **kwargs):
         result = real_stat(p, *args, **kwargs)
-        if not state["swapped"] and os.fspath(p) == os.fspath(path):
-            state["swapped"] = True
-            swap_path(path, kind)
+        if ours(p):
+            swap()
         return result
 
+    def swap_then_open(p, *args, **kwargs):
+        if ours(p):
+            swap()
+        return real_open(p, *args, **kwargs)
+
     monkeypatch.setattr(os, "stat", stat_then_swap)
+    monkeypatch.setattr(os, "open", swap_then_open)
 
 
 # --------------------------------------------------------------------------- the helper itself
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 @pytest.mark.parametrize("kind", KINDS)
 def test_open_user_file_refuses_each_kind_of_non_regular_file_without_blocking(jpeg, kind):
     from engine.fileutil import NotARegularFileError, open_user_file, read_user_file
@@ -131,7 +146,7 @@ def test_open_user_file_refuses_each_kind_of_non_regular_file_without_blocking(j
         read_user_file(jpeg)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 def test_open_user_file_follows_links_only_when_asked(jpeg):
     from engine.fileutil import NotARegularFileError, open_user_file
 
@@ -146,7 +161,7 @@ def test_open_user_file_follows_links_only_when_asked(jpeg):
         open_user_file(jpeg.parent / "missing.jpg")
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 def test_reads_of_a_growing_file_end_at_the_size_seen_at_open_and_seek_tell_work(tmp_path):
     from engine.fileutil import FileTooLargeError, open_user_file, read_user_file
 
@@ -171,7 +186,7 @@ def test_reads_of_a_growing_file_end_at_the_size_seen_at_open_and_seek_tell_work
 # --------------------------------------------------------------------------- hashing
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 @pytest.mark.parametrize("kind", KINDS)
 def test_sha256_file_refuses_non_regular_files_never_blocks_or_spins(jpeg, kind):
     swap_path(jpeg, kind)
@@ -181,7 +196,7 @@ def test_sha256_file_refuses_non_regular_files_never_blocks_or_spins(jpeg, kind)
     assert str(jpeg) in str(info.value) and KIND_WORDS[kind] in str(info.value)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 def test_sha256_file_of_an_ever_growing_file_hashes_the_size_seen_at_open(tmp_path):
     p = tmp_path / "growing.bin"
     first = os.urandom(3 * (1 << 20) + 5)
@@ -200,7 +215,7 @@ def test_sha256_file_of_an_ever_growing_file_hashes_the_size_seen_at_open(tmp_pa
     assert appended >= 1
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 def test_sha256_file_stops_between_chunks_once_cancelled(tmp_path):
     p = tmp_path / "big.jpg"
     with open(p, "wb") as f:
@@ -220,18 +235,18 @@ def test_sha256_file_stops_between_chunks_once_cancelled(tmp_path):
 # --------------------------------------------------------------------------- decoding, thumbnails
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("reader", ["decode_image", "read_meta"])
-def test_decoding_a_path_that_changes_type_after_its_stat_is_not_a_file(jpeg, monkeypatch, kind, reader):
-    swap_after_first_stat(monkeypatch, jpeg, kind)
-    os.stat(jpeg)  # what a scan (or an earlier check) saw: a regular file
+def test_decoding_a_path_that_changes_type_when_first_looked_at_is_not_a_file(jpeg, monkeypatch, kind, reader):
+    assert jpeg.is_file()  # what the scan saw
+    swap_on_first_look(monkeypatch, jpeg, kind)
     with pytest.raises(DecodeError) as info:
         decode_image(jpeg, target_size=32) if reader == "decode_image" else read_meta(jpeg)
     assert info.value.reason == "not a file" and info.value.reason in DECODE_REASONS
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 def test_decoding_refuses_a_link_swapped_in_when_links_are_not_followed(jpeg):
     swap_path(jpeg, "link")
     assert decode_image(jpeg)[1].width == 64  # a link the scan followed is still read
@@ -241,22 +256,24 @@ def test_decoding_refuses_a_link_swapped_in_when_links_are_not_followed(jpeg):
         assert info.value.reason == "not a file"
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 def test_decoding_a_growing_file_reads_the_image_and_stops(jpeg):
     swap_path(jpeg, "growing")
     image, meta = decode_image(jpeg)
     assert image.size == (64, 48) and meta.format == "JPEG"
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60, func_only=True)
 @pytest.mark.parametrize("kind", KINDS)
-def test_thumbnails_of_a_swapped_file_are_a_decode_error_not_a_hang(jpeg, tmp_path, kind):
+def test_thumbnails_of_a_swapped_file_are_a_decode_error_not_a_hang(jpeg, tmp_path, monkeypatch, kind):
     make_thumbnail(jpeg, 32)  # readable first
-    swap_path(jpeg, kind)
-    for cache in (None, ThumbnailCache(tmp_path / "thumbs")):
-        with pytest.raises(DecodeError) as info:
-            make_thumbnail(jpeg, 32, cache)
-        assert info.value.reason == "not a file"
+    swap_on_first_look(monkeypatch, jpeg, kind)
+    with pytest.raises(DecodeError) as info:
+        make_thumbnail(jpeg, 32)
+    assert info.value.reason == "not a file"
+    with pytest.raises(DecodeError) as info:
+        make_thumbnail(jpeg, 32, ThumbnailCache(tmp_path / "thumbs"))
+    assert info.value.reason == "not a file"
 
 
 # --------------------------------------------------------------------------- real indexing runs
