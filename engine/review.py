@@ -100,18 +100,18 @@ class CaptionFile:
 
 
 def _read_bytes(path: Path) -> bytes:
+    # One open, checked on the descriptor: a path that is (or has just become) a FIFO or device
+    # never blocks, and a growing file is read only up to its size at open.
+    from engine.fileutil import FileTooLargeError, NotARegularFileError, read_user_file
+
     try:
-        size = path.stat().st_size
+        return read_user_file(path, max_bytes=MAX_CAPTION_FILE_BYTES)
     except FileNotFoundError:
         raise ReviewError(f"{path} does not exist") from None
-    except OSError as exc:
-        raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not path.is_file():
-        raise ReviewError(f"{path} is not a file")
-    if size > MAX_CAPTION_FILE_BYTES:
-        raise ReviewError(f"{path} is too large for a caption file ({size / 1e6:.0f} MB)")
-    try:
-        return path.read_bytes()
+    except NotARegularFileError as exc:
+        raise ReviewError(f"{exc}") from None
+    except FileTooLargeError as exc:
+        raise ReviewError(f"{path} is too large for a caption file ({exc.size / 1e6:.0f} MB)") from None
     except OSError as exc:
         raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
 

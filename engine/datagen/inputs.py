@@ -52,9 +52,11 @@ def _resolve(ref: str, base: Path) -> Path:
 
 
 def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageItem]:
+    from engine.fileutil import read_user_file
+
     path = Path(path).expanduser()
     try:
-        data = path.read_bytes()
+        data = read_user_file(path)  # never blocks on a FIFO or device (NotARegularFileError)
     except FileNotFoundError:
         raise InputError(f"--list {path} does not exist") from None
     except OSError as exc:

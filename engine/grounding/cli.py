@@ -181,9 +181,16 @@ def read_items(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | N
     key (caption, text, paragraph). CSV: a header naming those columns, or two unnamed
     columns image,caption. Relative image paths are relative to the file's folder.
     """
-    if not path.is_file():
-        raise LonglensError(f"input file not found: {path}")
-    raw = path.read_bytes()
+    from engine.fileutil import NotARegularFileError, read_user_file
+
+    try:
+        raw = read_user_file(path)  # never blocks on a FIFO or device; a growing file is read to its size at open
+    except FileNotFoundError:
+        raise LonglensError(f"input file not found: {path}") from None
+    except NotARegularFileError as exc:
+        raise LonglensError(str(exc)) from None
+    except OSError as exc:
+        raise LonglensError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         content = raw.decode("utf-8-sig")
     except UnicodeDecodeError:

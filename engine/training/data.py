@@ -230,10 +230,18 @@ def check_line(
 def _lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
     """(line number, text, "") per line, or (line number, None, reason) for a line that is not
     UTF-8 — decoded line by line, so one bad byte costs only its own line."""
-    if not path.is_file():
-        raise TrainingDataError(f"training data file {path} does not exist")
+    from engine.fileutil import NotARegularFileError, open_user_file
+
     try:
-        with open(path, "rb") as fh:
+        fh = open_user_file(path)  # never blocks on a FIFO or device; reads end at the size at open
+    except FileNotFoundError:
+        raise TrainingDataError(f"training data file {path} does not exist") from None
+    except NotARegularFileError as exc:
+        raise TrainingDataError(f"training data {exc}") from None
+    except OSError as exc:
+        raise TrainingDataError(f"cannot read training data {path}: {exc.strerror or exc}") from exc
+    try:
+        with fh:
             for n, raw in enumerate(fh, start=1):
                 try:
                     yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8"), ""
