@@ -98,35 +98,27 @@ def jpeg(tmp_path) -> Path:
     return p
 
 
-def swap_on_first_look(monkeypatch, path: Path, kind: str) -> None:
-    """Swap `path` to `kind` the moment the code under test first looks at it: right after its first
-    stat() (which still saw the regular file), or right before its first os.open(). That is the
-    window between a check of a path and its open, or between a scan and the read, made
-    deterministic."""
+def swap_on_first_open(monkeypatch, path: Path, kind: str) -> None:
+    """Swap `path` to `kind` right before the code under test first opens it (os.open, open(),
+    io.open, which Path.read_bytes/read_text use): whatever it checked before (stat, is_file, its
+    size) still saw the regular file. That is the window between a check of a path and its open,
+    or between a scan and the read, made deterministic."""
+    import builtins
+    import io
+
     state = {"swapped": False}
 
-    def ours(p) -> bool:
-        return not state["swapped"] and isinstance(p, (str, os.PathLike)) and os.fspath(p) == os.fspath(path)
+    def swapping(real):
+        def call(p, *args, **kwargs):
+            if not state["swapped"] and isinstance(p, (str, os.PathLike)) and os.fspath(p) == os.fspath(path):
+                state["swapped"] = True
+                swap_path(path, kind)
+            return real(p, *args, **kwargs)
+        return call
 
-    def swap() -> None:
-        state["swapped"] = True
-        swap_path(path, kind)
-
-    real_stat, real_open = os.stat, os.open
-
-    def stat_then_swap(p, *args, **kwargs):
-        result = real_stat(p, *args, **kwargs)
-        if ours(p):
-            swap()
-        return result
-
-    def swap_then_open(p, *args, **kwargs):
-        if ours(p):
-            swap()
-        return real_open(p, *args, **kwargs)
-
-    monkeypatch.setattr(os, "stat", stat_then_swap)
-    monkeypatch.setattr(os, "open", swap_then_open)
+    monkeypatch.setattr(os, "open", swapping(os.open))
+    monkeypatch.setattr(builtins, "open", swapping(builtins.open))
+    monkeypatch.setattr(io, "open", swapping(io.open))
 
 
 # --------------------------------------------------------------------------- the helper itself
@@ -238,9 +230,9 @@ def test_sha256_file_stops_between_chunks_once_cancelled(tmp_path):
 @pytest.mark.timeout(60, func_only=True)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("reader", ["decode_image", "read_meta"])
-def test_decoding_a_path_that_changes_type_when_first_looked_at_is_not_a_file(jpeg, monkeypatch, kind, reader):
+def test_decoding_a_path_that_changes_type_between_its_checks_and_its_open_is_not_a_file(jpeg, monkeypatch, kind, reader):
     assert jpeg.is_file()  # what the scan saw
-    swap_on_first_look(monkeypatch, jpeg, kind)
+    swap_on_first_open(monkeypatch, jpeg, kind)
     with pytest.raises(DecodeError) as info:
         decode_image(jpeg, target_size=32) if reader == "decode_image" else read_meta(jpeg)
     assert info.value.reason == "not a file" and info.value.reason in DECODE_REASONS
@@ -267,13 +259,131 @@ def test_decoding_a_growing_file_reads_the_image_and_stops(jpeg):
 @pytest.mark.parametrize("kind", KINDS)
 def test_thumbnails_of_a_swapped_file_are_a_decode_error_not_a_hang(jpeg, tmp_path, monkeypatch, kind):
     make_thumbnail(jpeg, 32)  # readable first
-    swap_on_first_look(monkeypatch, jpeg, kind)
+    swap_on_first_open(monkeypatch, jpeg, kind)
     with pytest.raises(DecodeError) as info:
         make_thumbnail(jpeg, 32)
     assert info.value.reason == "not a file"
     with pytest.raises(DecodeError) as info:
         make_thumbnail(jpeg, 32, ThumbnailCache(tmp_path / "thumbs"))
     assert info.value.reason == "not a file"
+
+
+# --------------------------------------------------------------------------- every other reader of a user file
+
+
+def _caption_jsonl(folder: Path) -> Path:
+    p = folder / "captions.jsonl"
+    p.write_text(json.dumps({"image": "photo.jpg", "caption": "A red square."}) + "\n", encoding="utf-8")
+    return p
+
+
+def _training_jsonl(folder: Path) -> Path:
+    p = folder / "train.jsonl"
+    p.write_text(json.dumps({"image": "photo.jpg", "positives": ["a red square"]}) + "\n", encoding="utf-8")
+    return p
+
+
+def _image_list(folder: Path) -> Path:
+    p = folder / "images.txt"
+    p.write_text("photo.jpg\n", encoding="utf-8")
+    return p
+
+
+def _train_config(folder: Path) -> Path:
+    p = folder / "cfg.json"
+    p.write_text(json.dumps({"base": "C1"}), encoding="utf-8")
+    return p
+
+
+def _docci(folder: Path) -> Path:
+    p = folder / "docci_descriptions.jsonlines"
+    p.write_text(json.dumps({"example_id": "1", "image_file": "photo.jpg", "description": "red", "split": "test"})
+                 + "\n", encoding="utf-8")
+    return p
+
+
+def _read_review(p: Path) -> None:
+    from engine.review import load_caption_file
+
+    load_caption_file(p)
+
+
+def _read_ground_items(p: Path) -> None:
+    from engine.grounding.cli import read_items
+
+    list(read_items(p))
+
+
+def _read_training(p: Path) -> None:
+    from engine.training.data import read_training_jsonl
+
+    read_training_jsonl(p, check_images=False)
+
+
+def _read_image_list(p: Path) -> None:
+    from engine.datagen.inputs import read_image_list
+
+    read_image_list(p)
+
+
+def _read_config(p: Path) -> None:
+    from engine.training.configs import load_config
+
+    load_config(str(p))
+
+
+def _read_docci(p: Path) -> None:
+    from engine.evaluation.loaders import load_docci
+
+    load_docci(p.parent, annotations=p, check_images=False)
+
+
+TEXT_READERS = {
+    "review": (_caption_jsonl, _read_review),
+    "ground_check": (_caption_jsonl, _read_ground_items),
+    "training_data": (_training_jsonl, _read_training),
+    "datagen_list": (_image_list, _read_image_list),
+    "train_config": (_train_config, _read_config),
+    "eval_annotations": (_docci, _read_docci),
+}
+
+
+@pytest.mark.timeout(60, func_only=True)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("reader", sorted(TEXT_READERS))
+def test_every_reader_of_a_user_file_refuses_one_that_changed_type_with_a_clear_error(
+        jpeg, monkeypatch, reader, kind):
+    from engine.errors import LonglensError
+
+    make, read = TEXT_READERS[reader]
+    path = make(jpeg.parent)
+    read(path)  # readable as it is
+    swap_on_first_open(monkeypatch, path, kind)
+    with pytest.raises(LonglensError) as info:
+        read(path)
+    message = str(info.value)
+    assert str(path) in message and KIND_WORDS[kind] in message, message
+
+
+@pytest.mark.timeout(60, func_only=True)
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
+def test_model_import_refuses_a_weights_file_that_changed_type_and_installs_nothing(
+        blip_tiny_checkpoint, tmp_path, monkeypatch, kind):
+    from engine.config import get_paths
+    from engine.errors import ModelError
+    from engine.models.download import import_model
+
+    src = tmp_path / "model"
+    shutil.copytree(blip_tiny_checkpoint, src)
+    paths = get_paths(str(tmp_path / "home")).ensure()
+    swap_on_first_open(monkeypatch, src / "model.safetensors", kind)
+    with pytest.raises(ModelError) as info:
+        import_model(src, "swapped", paths)
+    # The import copies resolved paths without following links, so a link swapped in is refused as one.
+    expected = "symbolic link" if kind == "dev_zero" else KIND_WORDS[kind]
+    assert "model.safetensors" in str(info.value) and expected in str(info.value)
+    assert not (paths.models / "swapped").exists()
+    assert [p.name for p in paths.models.iterdir() if p.name.startswith(".staging")] == []
 
 
 # --------------------------------------------------------------------------- real indexing runs
