@@ -12,6 +12,7 @@ under a timeout that fails the test (subprocess timeouts, pytest-timeout in-proc
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -513,3 +514,121 @@ def test_ctrl_c_stops_index_while_a_huge_file_is_hashed_and_a_fifo_was_swapped_i
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         con.close()
+
+
+# --------------------------------------------------------------------------- the rule, across the code
+
+# Every call in engine/ and desktop_app/ that opens a file for reading by path, by (module, function):
+# the ones allowed to bypass engine.fileutil.open_user_file, and why. A new reader of a user's file
+# must use open_user_file / read_user_file / read_user_text (or be listed here with the reason it
+# only ever reads a file Longlens wrote itself).
+READS_ALLOWED: dict[tuple[str, str], str] = {
+    ("engine/fileutil.py", "open_user_file"): "the one safe open itself",
+    ("engine/fileutil.py", "fsync_dir"): "opens a folder to fsync it",
+    ("engine/index/vector_index.py", "VectorIndex.save"): "index files Longlens writes in its home",
+    ("engine/index/vector_index.py", "VectorIndex._load"): "index files in the home, checksummed",
+    ("engine/index/vector_index.py", "VectorIndex._load_hnsw_payload"): "index files in the home",
+    ("engine/index/vector_index.py", "_fsync_dir"): "opens a folder to fsync it",
+    ("engine/indexing/decode.py", "_open"): "Image.open on the UserFile from open_user_file",
+    ("engine/indexing/decode.py", "_identify_any"): "Image.open on the UserFile from open_user_file",
+    ("engine/thumbnails.py", "ThumbnailCache.get"): "the thumbnail cache in the home",
+    ("engine/bench/ann.py", "_load_user_array"): "np.load on the UserFile from open_user_file",
+    ("engine/bench/encode.py", "naive_encode"): "images the benchmark generated itself",
+    ("engine/bench/encode.py", "run"): "images the benchmark generated itself",
+    ("engine/bench/report.py", "machine_description"): "/proc/cpuinfo",
+    ("engine/bench/report.py", "update_section"): "the repository's docs/benchmarks.md",
+    ("engine/bench/rss.py", "_proc_status_kib"): "/proc/self/status",
+    ("engine/cluster/shards.py", "read_listing"): "pq.read_table on the UserFile from open_user_file",
+    ("engine/cluster/shards.py", "read_shard"): "pq.read_table on the UserFile from open_user_file",
+    ("engine/cluster/shards.py", "existing_files"): "pq.read_* on the UserFile from open_user_file",
+    ("engine/datagen/output.py", "LineAppender.__init__"): "opens the output for appending, not reading",
+    ("engine/datagen/pipeline.py", "sceneworld_job"): "a temporary file the job itself wrote",
+    ("engine/grounding/calibration.py", "weights_sha256"): "an installed model's manifest in the home",
+    ("engine/grounding/matcher.py", "load_matcher"): "an installed model's matcher in the home",
+    ("engine/grounding/matcher.py", "add_to_manifest"): "an installed model's manifest in the home",
+    ("engine/models/blip.py", "_declared_model_type"): "model folders (installed in the home; see note)",
+    ("engine/models/blip.py", "BlipEmbedder._load_image_settings"): "model folders (see note)",
+    ("engine/models/blip.py", "BlipEmbedder._load_text_tower"): "model folders (see note)",
+    ("engine/models/blip_checkpoints.py", "_read_vocab"): "a vocabulary file shipped with the package",
+    ("engine/models/demo.py", "init_token_embeddings_from_minilm"): "a downloaded, hash-pinned model file",
+    ("engine/models/demo.py", "load_model"): "model folders (see note)",
+    ("engine/models/demo.py", "load_text_tower"): "model folders (see note)",
+    ("engine/models/download.py", "_validate_hf_folder"): "the staging copy the import wrote itself",
+    ("engine/models/download.py", "_convert_pickle_to_safetensors"): "a downloaded file whose pinned hash matched",
+    ("engine/models/registry.py", "read_manifest"): "manifests of installed models in the home",
+    ("engine/samples.py", "make_problem_files"): "a file it has just written",
+    ("engine/selftest.py", "read_sample"): "the self-test sample shipped with the package",
+    ("engine/services.py", "Services.settings"): "the settings file in the home",
+    ("engine/training/cache.py", "EmbeddingCache.vectors"): "the embedding cache Longlens writes",
+    ("engine/training/cache.py", "_ensure_capacity"): "the embedding cache Longlens writes",
+    ("engine/training/reproduction.py", "run_study.train_and_eval"): "a study folder Longlens wrote",
+    ("engine/training/reproduction.py", "_cached"): "a study folder Longlens wrote",
+    ("engine/training/run.py", "_check_resume"): "the run folder's own fingerprint file",
+    ("engine/training/study.py", "base_temperature"): "an installed model's metadata",
+    ("engine/training/study.py", "sceneworld_training_set"): "the vector cache Longlens writes",
+    ("engine/training/trainer.py", "Trainer._load_checkpoint"): "the trainer's own checkpoint (weights_only)",
+}
+# Note: model folders are read by safetensors' and transformers' own readers. An imported model is
+# copied through open_user_file first, so they read Longlens's copy; a training --base given as a
+# folder is the one case where they read a user's folder directly.
+
+_READ_NAMES = {"open", "load_file", "safe_open"}
+_READ_METHODS = {"read_bytes", "read_text"}
+_READ_QUALIFIED = {("Image", "open"), ("np", "load"), ("numpy", "load"), ("np", "memmap"), ("pq", "read_table"),
+                   ("pq", "read_schema"), ("os", "open"), ("torch", "load")}
+
+
+def _is_write_mode(call: ast.Call) -> bool:
+    modes = [call.args[1]] if len(call.args) >= 2 else []
+    modes += [kw.value for kw in call.keywords if kw.arg == "mode"]
+    return any(isinstance(m, ast.Constant) and any(c in str(m.value) for c in "wax+") for m in modes)
+
+
+class _FileReads(ast.NodeVisitor):
+    """Collects (module, enclosing function, what is called, line) of every read-by-path call."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+        self.scope: list[str] = []
+        self.found: list[tuple[str, str, str, int]] = []
+
+    def visit_FunctionDef(self, node) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_ClassDef = visit_FunctionDef
+
+    def visit_Call(self, node: ast.Call) -> None:
+        f, what = node.func, None
+        if isinstance(f, ast.Name) and f.id in _READ_NAMES and not (f.id == "open" and _is_write_mode(node)):
+            what = f.id
+        elif isinstance(f, ast.Attribute) and f.attr in _READ_METHODS:
+            what = f.attr
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in _READ_QUALIFIED:
+            what = f"{f.value.id}.{f.attr}"
+        if what is not None:
+            self.found.append((self.module, ".".join(self.scope) or "<module>", what, node.lineno))
+        self.generic_visit(node)
+
+
+def file_reads(root: Path) -> list[tuple[str, str, str, int]]:
+    """(module, enclosing function, what is called, line) for every call that opens a file by path
+    for reading, in engine/ and desktop_app/."""
+    found: list[tuple[str, str, str, int]] = []
+    for path in sorted([*root.joinpath("engine").rglob("*.py"), *root.joinpath("desktop_app").rglob("*.py")]):
+        visitor = _FileReads(path.relative_to(root).as_posix())
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
+        found += visitor.found
+    return found
+
+
+def test_every_read_of_a_file_goes_through_open_user_file_unless_it_is_longlens_own():
+    reads = file_reads(ROOT)
+    assert any(m == "engine/indexing/decode.py" for m, *_ in reads)  # the scan sees the code
+    unlisted = [f"{m}:{line} {fn}(): {what}" for m, fn, what, line in reads if (m, fn) not in READS_ALLOWED]
+    assert not unlisted, (
+        "these open a file by path without engine.fileutil.open_user_file; use open_user_file / "
+        "read_user_file / read_user_text, or list the function in READS_ALLOWED with why it only reads "
+        "Longlens's own files:\n" + "\n".join(unlisted))
