@@ -115,6 +115,16 @@ class _BoundedRaw(io.RawIOBase):
         view = memoryview(buffer).cast("B")
         return self._raw.readinto(view[: min(len(view), remaining)]) or 0
 
+    def readall(self) -> bytes:
+        # RawIOBase's own readall loops in 8 KiB steps; a whole caption or weights file is read in big ones.
+        chunks = []
+        while (remaining := self.size - self._raw.tell()) > 0:
+            chunk = self._raw.read(min(remaining, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if whence == io.SEEK_END:
             # The end is the end seen when the file was opened, not wherever a writer is now.

@@ -12,7 +12,9 @@ Reason tags (`DecodeError.reason`):
 
 ==================== ==========================================================
 "not found"          the path does not exist (e.g. deleted since the scan)
-"not a file"         a directory, FIFO, socket or device
+"not a file"         a directory, FIFO, socket or device (checked on the open descriptor,
+                     so also one swapped in since the scan), or a symbolic link where
+                     the scan saw a plain file
 "permission denied"  the OS refused to open or read it
 "read error"         the OS reported an I/O error while reading (failing disk, ...)
 "empty file"         zero bytes
@@ -22,6 +24,9 @@ Reason tags (`DecodeError.reason`):
 "truncated"          the file ends before the image data does
 "decode error"       anything else: corrupt data inside an otherwise valid file
 ==================== ==========================================================
+
+Files are opened only through engine.fileutil.open_user_file: never blocking (a FIFO),
+never reading without end (a device, a file still growing), with no stat-then-open race.
 
 Pillow's global state is left alone: no change to `Image.MAX_IMAGE_PIXELS` or
 `ImageFile.LOAD_TRUNCATED_IMAGES` (the latter would turn truncated JPEGs into silently
