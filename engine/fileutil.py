@@ -96,6 +96,7 @@ class _BoundedRaw(io.RawIOBase):
     def __init__(self, raw: io.FileIO, size: int, name: str) -> None:
         super().__init__()
         self._raw = raw
+        self._pos = 0  # tracked here rather than asked of the OS (an lseek per read)
         self.size = size
         self.name = name
 
@@ -109,30 +110,34 @@ class _BoundedRaw(io.RawIOBase):
         return self._raw.fileno()
 
     def readinto(self, buffer) -> int:  # type: ignore[override]
-        remaining = self.size - self._raw.tell()
+        remaining = self.size - self._pos
         if remaining <= 0:
             return 0
         view = memoryview(buffer).cast("B")
-        return self._raw.readinto(view[: min(len(view), remaining)]) or 0
+        n = self._raw.readinto(view[:remaining] if len(view) > remaining else view) or 0
+        self._pos += n
+        return n
 
     def readall(self) -> bytes:
         # RawIOBase's own readall loops in 8 KiB steps; a whole caption or weights file is read in big ones.
         chunks = []
-        while (remaining := self.size - self._raw.tell()) > 0:
+        while (remaining := self.size - self._pos) > 0:
             chunk = self._raw.read(min(remaining, 1 << 24))
             if not chunk:
                 break
+            self._pos += len(chunk)
             chunks.append(chunk)
         return b"".join(chunks)
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if whence == io.SEEK_END:
             # The end is the end seen when the file was opened, not wherever a writer is now.
-            return self._raw.seek(self.size + offset, io.SEEK_SET)
-        return self._raw.seek(offset, whence)
+            offset, whence = self.size + offset, io.SEEK_SET
+        self._pos = self._raw.seek(offset, whence)
+        return self._pos
 
     def tell(self) -> int:
-        return self._raw.tell()
+        return self._pos
 
     def close(self) -> None:
         if not self.closed:
