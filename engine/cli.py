@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import JobCancelled, LonglensError
-from engine.jobs import CancelToken, Progress
+from engine.jobs import CancelToken, Progress, first_interrupt_cancels
 
 
 def _paths(args: argparse.Namespace):
@@ -66,11 +66,18 @@ def _run_cancellable(make_job, quiet: bool, unit: str = "img") -> Progress | Non
     token = CancelToken()
     job = make_job(token)
     try:
-        return drive(job, quiet=quiet, unit=unit)
+        # The first Ctrl+C only cancels: a KeyboardInterrupt raised inside the job's generator
+        # (where it nearly always lands) would end it without its checkpoint, and wait for
+        # workers in the middle of a file that never learn of the cancel.
+        with first_interrupt_cancels(token, "\nstopping at the next checkpoint (Ctrl+C again to abort) ..."):
+            return drive(job, quiet=quiet, unit=unit)
     except KeyboardInterrupt:
         token.cancel()
         # Let the job reach its next checkpoint, commit what it has and save the index.
-        return drive(job, quiet=True)
+        last = drive(job, quiet=True)
+        if last is None:
+            raise  # the interrupt ended the job itself: nothing to report
+        return last
 
 
 # -- commands ---------------------------------------------------------------------

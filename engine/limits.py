@@ -27,12 +27,12 @@ reason); the rest of the file is still processed.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.fileutil import open_user_file
 
 MAX_CAPTION_CHARS = 20_000
 MAX_CAPTION_SENTENCES = 200
@@ -103,30 +103,6 @@ class RawLine:
     problem: str | None = None
 
 
-class InputFileError(OSError):
-    """The input file cannot be opened as a regular file."""
-
-
-def open_regular(path: Path) -> int:
-    """A read-only descriptor for `path`, refusing anything that is not a regular file.
-
-    O_NONBLOCK so that a FIFO put in the file's place does not block the open, and the type is
-    checked on the open descriptor (what will actually be read), not on the name.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(path, flags)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputFileError(f"{path} is not a regular file")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def iter_raw_lines(path: Path | str, *, on_bytes: Callable[[bytes], None] | None = None,
                    max_line_bytes: int | None = None, max_lines: int | None = None) -> Iterator[RawLine]:
     """The lines of a file, split on b"\\n" only, read in 1 MiB chunks: memory stays bounded by
@@ -138,9 +114,10 @@ def iter_raw_lines(path: Path | str, *, on_bytes: Callable[[bytes], None] | None
     """
     max_line_bytes = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
     max_lines = MAX_FILE_LINES if max_lines is None else max_lines
-    fd = open_regular(Path(path))
-    with os.fdopen(fd, "rb", buffering=0) as fh:
-        remaining = os.fstat(fh.fileno()).st_size
+    # The one safe open of a user's file: a FIFO or device in the file's place raises
+    # NotARegularFileError instead of blocking, and reads end at the size seen at open.
+    with open_user_file(path) as fh:
+        remaining = fh.size
         line_no = 1
         data_lines = 0
         buf = bytearray()

@@ -112,18 +112,23 @@ class CaptionFile:
 
 def _open_lines(path: Path, on_bytes: Callable[[bytes], None], split_cr: bool) -> Iterator[limits.TextLine]:
     """The file's lines within engine.limits (raises ReviewError when the file cannot be read)."""
+    from engine.fileutil import NotARegularFileError
+
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         raise ReviewError(f"{path} does not exist") from None
     except OSError as exc:
         raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not path.is_file():
-        raise ReviewError(f"{path} is not a file")
     if size > MAX_CAPTION_FILE_BYTES:
         raise ReviewError(f"{path} is too large for a caption file ({size / 1e6:.0f} MB)")
     try:
+        # The open itself refuses a FIFO, device or folder (checked on the descriptor, never blocks).
         yield from limits.iter_text_lines(path, on_bytes=on_bytes, split_cr=split_cr)
+    except FileNotFoundError:
+        raise ReviewError(f"{path} does not exist") from None
+    except NotARegularFileError as exc:
+        raise ReviewError(str(exc)) from None
     except OSError as exc:
         raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
 

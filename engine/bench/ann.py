@@ -129,6 +129,15 @@ QUERY_SET_DOC = {
 # ---------------------------------------------------------------------- measurement
 
 
+def _load_user_array(path: Path | str) -> np.ndarray:
+    """A .npy array from a file the user names, read through open_user_file (never blocks on a FIFO
+    or device; no pickles)."""
+    from engine.fileutil import open_user_file
+
+    with open_user_file(path) as f:
+        return np.asarray(np.load(f, allow_pickle=False))
+
+
 def _percentiles(samples_s: list[float]) -> tuple[float, float]:
     arr = np.asarray(samples_s) * 1000.0
     return float(np.percentile(arr, 50)), float(np.percentile(arr, 95))
@@ -376,7 +385,7 @@ def run_benchmark(
     log = log or (lambda msg: None)
     rng = np.random.default_rng(seed)
     if vectors_file is not None:
-        data = l2_normalise(np.load(vectors_file))
+        data = l2_normalise(_load_user_array(vectors_file))
         if data.ndim != 2:
             raise ValueError(f"{vectors_file}: expected a 2-D array of vectors, got shape {data.shape}")
         dim = data.shape[1]
@@ -384,7 +393,7 @@ def run_benchmark(
         query_sets = {"file_held_out": data[:n_queries]}
         data = data[n_queries:]
         if queries_file is not None:
-            query_sets["file_queries"] = l2_normalise(np.load(queries_file))[:n_queries]
+            query_sets["file_queries"] = l2_normalise(_load_user_array(queries_file))[:n_queries]
         source = f"real embeddings from {vectors_file} ({len(data)} vectors after holding out queries)"
         synthetic = False
     else:

@@ -334,7 +334,9 @@ def main_args(args: Any) -> int:
     base = None
     if args.merge is not None:
         try:
-            base = json.loads(Path(args.merge).read_text(encoding="utf-8"))
+            from engine.fileutil import read_user_text
+
+            base = json.loads(read_user_text(args.merge))
         except (OSError, ValueError) as exc:
             raise SystemExit(f"--merge: cannot read {args.merge}: {exc}") from None
     result = run_bench(cfg, quick=args.quick, with_1m=not args.no_1m, gpu=args.gpu, log=log, only=only, base=base)

@@ -17,12 +17,9 @@ migration, so their format must never change.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
-from engine.limits import open_regular
-
-_CHUNK = 1 << 20
+from engine.fileutil import sha256_file
 
 IMAGE_CONTENT_PREFIX = "sha256:"
 IMAGE_PATH_PREFIX = "path:"
@@ -30,19 +27,6 @@ IMAGE_PATH_PREFIX = "path:"
 
 def caption_hash(caption: str) -> str:
     return hashlib.sha256(caption.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    """SHA-256 of a regular file's bytes, at most the size it had when opened: a FIFO, device or
-    folder put in the picture's place is refused (OSError), never blocked on or read forever."""
-    fd = open_regular(path)
-    with os.fdopen(fd, "rb", buffering=0) as fh:
-        remaining = os.fstat(fh.fileno()).st_size
-        h = hashlib.sha256()
-        while remaining > 0 and (chunk := fh.read(min(_CHUNK, remaining))):
-            h.update(chunk)
-            remaining -= len(chunk)
-    return h.hexdigest()
 
 
 def image_key(path: Path | str) -> str:

@@ -123,15 +123,14 @@ class EmbedBatches:
     def _prepare(self, rel: str) -> tuple[str | None, np.ndarray | None, Any, str | None]:
         """(content hash, preprocessed pixels, meta, error reason) — the local pipeline's steps."""
         from engine.errors import DecodeError
-        from engine.indexing.decode import decode_image
+        from engine.indexing.decode import decode_image, open_error
         from engine.indexing.pipeline import content_hash
 
         path = self.root / rel
         try:
             h = content_hash(path)
         except OSError as exc:
-            reason = "permission denied" if isinstance(exc, PermissionError) else f"read error: {exc.strerror}"
-            return None, None, None, reason
+            return None, None, None, open_error(exc, path).reason
         try:
             image, meta = decode_image(path, target_size=self.embedder.image_size)
             return h, self.embedder.preprocess([image])[0], meta, None

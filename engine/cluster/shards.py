@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from engine.cluster import ClusterError, require_pyarrow
-from engine.fileutil import atomic_write_bytes, atomic_write_text
+from engine.fileutil import atomic_write_bytes, atomic_write_text, open_user_file, read_user_text
 from engine.types import STATUS_OK, STATUS_UNREADABLE
 
 SHARD_FORMAT = "longlens-shard/1"
@@ -190,7 +190,8 @@ def read_listing(out: Path, run_id: str) -> dict[str, tuple[int, int]]:
     require_pyarrow()
     path = Path(out) / f"scan-{run_id}.parquet"
     try:
-        t = pq.read_table(path)
+        with open_user_file(path) as f:
+            t = pq.read_table(f)
     except Exception as exc:
         raise ClusterError(f"{path}: unreadable scan listing ({exc})") from exc
     return {r: (int(s), int(m)) for r, s, m in zip(t.column("rel_path").to_pylist(), t.column("size").to_pylist(),
@@ -203,7 +204,7 @@ def read_runs(out: Path) -> tuple[list[RunManifest], list[dict[str, str]]]:
     bad: list[dict[str, str]] = []
     for p in sorted(Path(out).glob("run-*.json")):
         try:
-            d = json.loads(p.read_text(encoding="utf-8"))
+            d = json.loads(read_user_text(p))
             if d.get("format") != RUN_FORMAT:
                 raise ValueError(f"format {d.get('format')!r}, expected {RUN_FORMAT!r}")
             runs.append(RunManifest(**d))
@@ -234,7 +235,8 @@ def read_shard(path: Path) -> Shard:
 
     pa = require_pyarrow()
     try:
-        table = pq.read_table(path)
+        with open_user_file(path) as f:
+            table = pq.read_table(f)
     except Exception as exc:
         raise ClusterError(f"{path.name}: not a readable Parquet file ({type(exc).__name__}: {exc})") from exc
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
@@ -304,11 +306,13 @@ def existing_files(out: Path, source_root: str, model_id: str) -> set[tuple[str,
     have: set[tuple[str, int, int]] = set()
     for p in part_files(out):
         try:
-            md = pq.read_schema(p).metadata or {}
-            if md.get(b"longlens.source_root", b"").decode() != source_root or \
-                    md.get(b"longlens.model_id", b"").decode() != model_id:
-                continue
-            t = pq.read_table(p, columns=["rel_path", "size", "mtime_ns"])
+            with open_user_file(p) as f:
+                md = pq.read_schema(f).metadata or {}
+                if md.get(b"longlens.source_root", b"").decode() != source_root or \
+                        md.get(b"longlens.model_id", b"").decode() != model_id:
+                    continue
+                f.seek(0)
+                t = pq.read_table(f, columns=["rel_path", "size", "mtime_ns"])
         except Exception:
             continue  # a damaged file resumes nothing; its files are embedded again
         have.update(zip(t.column("rel_path").to_pylist(), t.column("size").to_pylist(),

@@ -54,6 +54,8 @@ def _resolve(ref: str, base: Path) -> Path:
 
 
 def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageItem]:
+    from engine.fileutil import NotARegularFileError
+
     path = Path(path).expanduser()
     if not path.exists():
         raise InputError(f"--list {path} does not exist")
@@ -67,6 +69,8 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
                 if line.problem is not None:
                     unread.append(f"{path}:{line.line_no}: line: {line.problem}")
                 yield line.text
+        except NotARegularFileError as exc:
+            raise InputError(f"--list {exc}") from None
         except OSError as exc:
             raise InputError(f"cannot read --list {path}: {exc.strerror or exc}") from None
 

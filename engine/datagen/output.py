@@ -51,7 +51,12 @@ def recover(path: Path) -> ResumeState:
         return state
     if not path.is_file():
         raise OutputError(f"--out {path} is not a file")
-    data = path.read_bytes()
+    from engine.fileutil import read_user_file
+
+    try:
+        data = read_user_file(path)  # checked on the open descriptor: never blocks on a FIFO or device
+    except OSError as exc:
+        raise OutputError(f"cannot read {path}: {exc}") from None
     end = data.rfind(b"\n") + 1  # 0 when there is no complete line at all
     if end < len(data):
         if _is_whole_line(data[end:]):

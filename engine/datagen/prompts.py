@@ -71,8 +71,10 @@ def default_prompt_dir() -> Path:
 
 
 def _read(path: Path) -> str:
+    from engine.fileutil import read_user_text
+
     try:
-        return path.read_text(encoding="utf-8-sig")
+        return read_user_text(path, encoding="utf-8-sig")  # never blocks on a FIFO or device
     except UnicodeDecodeError as exc:
         raise PromptError(f"prompt template {path} is not UTF-8 text ({exc.reason})") from None
     except OSError as exc:

@@ -62,8 +62,10 @@ class EvalSet:
 
 # -- helpers ----------------------------------------------------------------------
 def _read_json(path: Path) -> Any:
+    from engine.fileutil import read_user_text
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_user_text(path)  # never blocks on a FIFO or device
     except FileNotFoundError:
         raise BenchmarkDataError(f"{path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -265,8 +267,10 @@ def load_docci(root: Path, split: str = "test", *, annotations: Path | None = No
     root = Path(root)
     ann = Path(annotations or root / "docci_descriptions.jsonlines")
     image_dir = Path(images or root / "images")
+    from engine.fileutil import read_user_text
+
     try:
-        lines = ann.read_text(encoding="utf-8").splitlines()
+        lines = read_user_text(ann).splitlines()  # never blocks on a FIFO or device
     except FileNotFoundError:
         raise BenchmarkDataError(f"{ann} does not exist (is --root the DOCCI folder?)") from None
     except (OSError, UnicodeDecodeError) as exc:

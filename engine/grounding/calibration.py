@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.fileutil import read_user_text
+
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 CALIBRATION_FORMAT = 1
 VALIDATION_SEED = 1500
@@ -188,7 +190,7 @@ class Calibration:
 
 def load_all(path: Path = CALIBRATION_FILE) -> dict[str, Any]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_user_text(path))  # a user may name the file: never blocks on a FIFO
     except (OSError, ValueError):
         return {"format": CALIBRATION_FORMAT, "models": {}}
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:

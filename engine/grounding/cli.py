@@ -12,7 +12,6 @@ import argparse
 import csv
 import html
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,14 +188,17 @@ def read_items(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | N
     key (caption, text, paragraph). CSV: a header naming those columns, or two unnamed
     columns image,caption. Relative image paths are relative to the file's folder.
     """
-    if not path.is_file():
-        raise LonglensError(f"input file not found: {path}")
+    from engine.fileutil import NotARegularFileError, open_user_file
+
     # Read line by line within engine.limits: a 2 GB line or a file of millions of lines is
-    # reported, never read whole into memory.
+    # reported, never read whole into memory. The open never blocks on a FIFO or device.
     try:
-        fd = limits.open_regular(path)
-        with os.fdopen(fd, "rb") as fh:
+        with open_user_file(path) as fh:
             head = fh.read(4096)
+    except FileNotFoundError:
+        raise LonglensError(f"input file not found: {path}") from None
+    except NotARegularFileError as exc:
+        raise LonglensError(str(exc)) from None
     except OSError as exc:
         raise LonglensError(f"cannot read {path}: {exc.strerror or exc}") from None
     base = path.parent

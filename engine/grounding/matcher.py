@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.errors import ModelIntegrityError
+from engine.fileutil import read_user_text
 from engine.jobs import CancelToken, Progress
 from engine.models.demo import MiniConfig, SceneWorldMini, TextTower, VisionTower
 
@@ -396,9 +397,13 @@ def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSe
     tokenizer = build_tokenizer()
     matcher = MiniMatcher.from_model(base, s.layers)
     if init_from is not None:
-        from safetensors.torch import load_file
+        from safetensors.torch import load as load_safetensors
 
-        matcher.load_state_dict({k: v.float() for k, v in load_file(str(Path(init_from) / WEIGHTS)).items()})
+        from engine.fileutil import read_user_file
+
+        # A user's folder: read through open_user_file (no FIFO or device can block it), then parsed.
+        weights = read_user_file(Path(init_from) / WEIGHTS)
+        matcher.load_state_dict({k: v.float() for k, v in load_safetensors(weights).items()})
     matcher = matcher.to(device)
     del base
     # The word-piece table stays as trained (30,522 x 64: most of the parameters, and most words
@@ -463,7 +468,7 @@ def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSe
                 yield Progress("train", step, total, f"epoch {epoch + 1}/{s.epochs} loss {recent}",
                                rate=rate, eta_s=(total - step) / rate)
     matcher.eval()
-    meta = {"settings": asdict(s), "continued_from": json.loads((Path(init_from) / META).read_text(encoding="utf-8"))
+    meta = {"settings": asdict(s), "continued_from": json.loads(read_user_text(Path(init_from) / META))
             if init_from is not None else None, "seconds": round(time.monotonic() - t0, 1),
             "final_loss": [float(v) for v in np.mean(history[-50:], axis=0)] if history else None,
             "torch": torch.__version__}

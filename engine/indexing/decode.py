@@ -12,7 +12,9 @@ Reason tags (`DecodeError.reason`):
 
 ==================== ==========================================================
 "not found"          the path does not exist (e.g. deleted since the scan)
-"not a file"         a directory, FIFO, socket or device
+"not a file"         a directory, FIFO, socket or device (checked on the open descriptor,
+                     so also one swapped in since the scan), or a symbolic link where
+                     the scan saw a plain file
 "permission denied"  the OS refused to open or read it
 "read error"         the OS reported an I/O error while reading (failing disk, ...)
 "empty file"         zero bytes
@@ -23,6 +25,9 @@ Reason tags (`DecodeError.reason`):
 "decode error"       anything else: corrupt data inside an otherwise valid file
 ==================== ==========================================================
 
+Files are opened only through engine.fileutil.open_user_file: never blocking (a FIFO),
+never reading without end (a device, a file still growing), with no stat-then-open race.
+
 Pillow's global state is left alone: no change to `Image.MAX_IMAGE_PIXELS` or
 `ImageFile.LOAD_TRUNCATED_IMAGES` (the latter would turn truncated JPEGs into silently
 grey-bottomed pictures that then get indexed). The only global effect is registering
@@ -32,9 +37,7 @@ pillow-heif's HEIF opener, which is what any HEIC-aware code in the process want
 from __future__ import annotations
 
 import errno
-import os
 import re
-import stat
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -44,6 +47,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from engine.errors import DecodeError
+from engine.fileutil import NotARegularFileError, UserFile, open_user_file
 from engine.types import ImageMeta
 
 __all__ = [
@@ -51,6 +55,7 @@ __all__ = [
     "MAX_PIXELS",
     "SUPPORTED_EXTENSIONS",
     "decode_image",
+    "open_error",
     "read_meta",
 ]
 
@@ -185,7 +190,7 @@ def _open_formats() -> tuple[str, ...]:
 
 
 def decode_image(
-    path: Path, target_size: int | None = None, *, max_pixels: int = MAX_PIXELS
+    path: Path, target_size: int | None = None, *, max_pixels: int = MAX_PIXELS, follow_symlinks: bool = True
 ) -> tuple[Image.Image, ImageMeta]:
     """Decode `path` to an upright RGB image plus its metadata.
 
@@ -195,15 +200,16 @@ def decode_image(
     other formats are box-reduced after decoding. Without it, the full resolution.
 
     `ImageMeta.width/height` are always those of the upright full-resolution image.
-    Raises DecodeError (reason in DECODE_REASONS) for any unreadable file.
+    Raises DecodeError (reason in DECODE_REASONS) for any unreadable file; a path that is now a
+    FIFO, device, socket or folder is "not a file" (never a hang), and so is a symbolic link when
+    `follow_symlinks` is False (the scan saw a plain file there).
     """
     if target_size is not None and target_size < 1:
         raise ValueError(f"target_size must be positive, got {target_size}")
     path = Path(path)
-    size = _check_path(path)
     try:
-        with open(path, "rb") as fh:
-            im = _open(fh, path, size)
+        with _open_file(path, follow_symlinks) as fh:
+            im = _open(fh, path, fh.size)
             try:
                 rgb, meta = _decode_opened(im, target_size, max_pixels)
             except BaseException:
@@ -217,10 +223,10 @@ def decode_image(
     except DecodeError:
         raise
     except Exception as exc:  # the whole point: nothing escapes for a bad file
-        raise _classify(exc, path) from exc
+        raise _classify(exc, path, follow_symlinks) from exc
 
 
-def read_meta(path: Path) -> ImageMeta:
+def read_meta(path: Path, *, follow_symlinks: bool = True) -> ImageMeta:
     """Metadata from the header and EXIF only; no pixel data is decoded.
 
     Does not apply `max_pixels` (nothing is allocated), so a big file still reports its
@@ -228,10 +234,9 @@ def read_meta(path: Path) -> ImageMeta:
     EXIF stored in a PNG after the image data is not seen here.
     """
     path = Path(path)
-    size = _check_path(path)
     try:
-        with open(path, "rb") as fh:
-            im = _open(fh, path, size)
+        with _open_file(path, follow_symlinks) as fh:
+            im = _open(fh, path, fh.size)
             try:
                 # PngImageFile.getexif() decodes all pixels when the eXIf chunk is not
                 # ahead of the image data; such EXIF is skipped here rather than decode.
@@ -242,29 +247,35 @@ def read_meta(path: Path) -> ImageMeta:
     except DecodeError:
         raise
     except Exception as exc:
-        raise _classify(exc, path) from exc
+        raise _classify(exc, path, follow_symlinks) from exc
 
 
 # --------------------------------------------------------------------------- internals
 
 
-def _check_path(path: Path) -> int:
-    """stat() before open(): a FIFO would block open() forever, a directory would fail oddly."""
+def open_error(exc: OSError, path: Path) -> DecodeError:
+    """The DecodeError (reason in DECODE_REASONS) for an OSError from opening or reading `path`;
+    shared with the steps that read a file before decoding it (hashing)."""
+    if isinstance(exc, NotARegularFileError):
+        return DecodeError("not a file", str(exc))
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return DecodeError("not found", str(path))
+    if isinstance(exc, PermissionError):
+        return DecodeError("permission denied", str(path))
+    return DecodeError("read error", f"{path}: {exc.strerror or exc}")
+
+
+def _open_file(path: Path, follow_symlinks: bool) -> UserFile:
+    """The file through open_user_file (no stat-then-open race: the open descriptor is checked, a
+    FIFO never blocks, reads end at the size seen), OS failures as DecodeError."""
     try:
-        st = os.stat(path)
-    except FileNotFoundError as exc:
-        raise DecodeError("not found", str(path)) from exc
-    except NotADirectoryError as exc:
-        raise DecodeError("not found", str(path)) from exc
-    except PermissionError as exc:
-        raise DecodeError("permission denied", str(path)) from exc
+        fh = open_user_file(path, follow_symlinks=follow_symlinks)
     except OSError as exc:
-        raise DecodeError("read error", f"{path}: {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise DecodeError("not a file", str(path))
-    if st.st_size == 0:
+        raise open_error(exc, path) from exc
+    if fh.size == 0:
+        fh.close()
         raise DecodeError("empty file", str(path))
-    return st.st_size
+    return fh
 
 
 def _open(fh: Any, path: Path, file_size: int) -> Image.Image:
@@ -586,7 +597,7 @@ def _identify_any(fh: Any) -> str | None:
         return None
 
 
-def _classify(exc: BaseException, path: Path) -> DecodeError:
+def _classify(exc: BaseException, path: Path, follow_symlinks: bool = True) -> DecodeError:
     if isinstance(exc, Image.DecompressionBombError):
         return DecodeError("too large", str(exc))
     if isinstance(exc, MemoryError):
@@ -595,7 +606,7 @@ def _classify(exc: BaseException, path: Path) -> DecodeError:
         return DecodeError("permission denied", str(path))
     if isinstance(exc, FileNotFoundError):
         return DecodeError("not found", str(path))
-    if isinstance(exc, IsADirectoryError):
+    if isinstance(exc, (IsADirectoryError, NotARegularFileError)):
         return DecodeError("not a file", str(path))
     if isinstance(exc, OSError) and exc.errno is not None and exc.errno != errno.ENOENT:
         # A real I/O error from the OS carries an errno; Pillow's own OSErrors do not.
@@ -603,18 +614,18 @@ def _classify(exc: BaseException, path: Path) -> DecodeError:
     message = str(exc) or type(exc).__name__
     if isinstance(exc, EOFError) or "truncated" in message.lower():
         return DecodeError("truncated", message)
-    if _file_looks_truncated(path):
+    if _file_looks_truncated(path, follow_symlinks):
         return DecodeError("truncated", message)
     return DecodeError("decode error", f"{type(exc).__name__}: {message}")
 
 
-def _file_looks_truncated(path: Path) -> bool:
+def _file_looks_truncated(path: Path, follow_symlinks: bool = True) -> bool:
     try:
-        with open(path, "rb") as fh:
+        with open_user_file(path, follow_symlinks=follow_symlinks) as fh:
             head = fh.read(32)
             fmt = _sniff(head)
             if fmt is None:
                 return False
-            return _looks_truncated(fh, fmt, os.fstat(fh.fileno()).st_size)
+            return _looks_truncated(fh, fmt, fh.size)
     except Exception:
         return False

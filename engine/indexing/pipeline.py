@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from engine.catalog import Catalog, ImageWrite
-from engine.errors import DecodeError
+from engine.errors import DecodeError, JobCancelled
 from engine.fileutil import sha256_file
 from engine.index.store import IndexStore
 from engine.index.vector_index import VectorIndex
-from engine.indexing.decode import SUPPORTED_EXTENSIONS, decode_image
+from engine.indexing.decode import SUPPORTED_EXTENSIONS, decode_image, open_error
 from engine.indexing.scanner import FileEntry, Skipped, scan_folder
 from engine.jobs import CancelToken, Progress, RateMeter
 from engine.models.base import Embedder
@@ -45,9 +45,11 @@ from engine.types import (
 CANCEL_POLL_S = 0.05
 
 
-def content_hash(path: Path) -> str:
-    """The catalog's content hash of a file: its SHA-256 (moves and copies are found by it)."""
-    return sha256_file(path)
+def content_hash(path: Path, *, follow_symlinks: bool = True, cancel: CancelToken | None = None) -> str:
+    """The catalog's content hash of a file: its SHA-256 (moves and copies are found by it).
+    Raises OSError (NotARegularFileError for a path that is no longer a regular file; see
+    engine.indexing.decode.open_error for the reason to record) and JobCancelled."""
+    return sha256_file(path, follow_symlinks=follow_symlinks, cancel=cancel)
 
 
 @dataclass
@@ -190,7 +192,7 @@ class Indexer:
         size = self.embedder.image_size
         with ThreadPoolExecutor(max_workers=self.decode_workers, thread_name_prefix="longlens-decode") as pool:
             def prepare(c: _Candidate) -> _Prepared:
-                return self._prepare(c, size, movable, known_hashes)
+                return self._prepare(c, size, movable, known_hashes, cancel)
 
             # Bounded look-ahead: decoding of the next batch overlaps embedding of this one,
             # and memory stays bounded however large the folder.
@@ -212,7 +214,12 @@ class Indexer:
                         f.cancel()
                     summary.cancelled = True
                     break
-                batch = [f.result() for f in pending[: self.batch_size]]
+                batch = _results_unless_cancelled(pending[: self.batch_size], cancel)
+                if batch is None:
+                    for f in pending:
+                        f.cancel()
+                    summary.cancelled = True
+                    break
                 del pending[: self.batch_size]
                 refill()
                 if not self._embed(batch, cancel):
@@ -349,14 +356,18 @@ class Indexer:
         return True
 
     def _prepare(
-        self, c: _Candidate, size: int, movable: dict[str, ImageRecord], known_hashes: set[str]
+        self, c: _Candidate, size: int, movable: dict[str, ImageRecord], known_hashes: set[str],
+        cancel: CancelToken,
     ) -> _Prepared:
-        """Runs in a worker thread: hash the file, decode and preprocess it if the model must see it."""
+        """Runs in a worker thread: hash the file, decode and preprocess it if the model must see it.
+        Raises JobCancelled when `cancel` is set while a (large) file is being hashed."""
         p = _Prepared(c)
+        # A path the scan saw as a plain file is opened without following links (O_NOFOLLOW).
+        follow = c.entry.followed_link
         try:
-            p.content_hash = content_hash(c.entry.abs_path)
+            p.content_hash = content_hash(c.entry.abs_path, follow_symlinks=follow, cancel=cancel)
         except OSError as exc:
-            p.error = "permission denied" if isinstance(exc, PermissionError) else f"read error: {exc.strerror}"
+            p.error = open_error(exc, c.entry.abs_path).reason
             return p
         prev = c.previous
         if prev is not None and prev.status == STATUS_OK and prev.content_hash == p.content_hash:
@@ -364,7 +375,7 @@ class Indexer:
         if p.content_hash in movable or p.content_hash in known_hashes:
             return p  # a move or a copy: the vector exists already
         try:
-            image, meta = decode_image(c.entry.abs_path, target_size=size)
+            image, meta = decode_image(c.entry.abs_path, target_size=size, follow_symlinks=follow)
             p.pixels = self.embedder.preprocess([image])[0]
             p.meta = meta
             p.needs_model = True
@@ -427,7 +438,8 @@ class Indexer:
             if copy is None:
                 # The donor vanished mid-run (rare): decode now rather than lose the file.
                 try:
-                    image, meta = decode_image(e.abs_path, target_size=self.embedder.image_size)
+                    image, meta = decode_image(e.abs_path, target_size=self.embedder.image_size,
+                                               follow_symlinks=e.followed_link)
                     vec = self.embedder.encode_images([image])[0]
                     donor = _meta_fields(meta)
                     summary.embedded += 1
@@ -458,6 +470,21 @@ class Indexer:
                           np.stack([v for v in vectors if v is not None]))
         if removed_from_index:
             index.delete(np.asarray(removed_from_index, dtype=np.int64))
+
+
+def _results_unless_cancelled(futures: Sequence[Future[_Prepared]], cancel: CancelToken) -> list[_Prepared] | None:
+    """The futures' results, or None once `cancel` is set: the wait polls the token, so a cancel
+    (Ctrl+C, the GUI's Cancel) takes effect while a worker is still hashing or decoding."""
+    while True:
+        if cancel.cancelled:
+            return None
+        _done, not_done = wait(futures, timeout=CANCEL_POLL_S)
+        if not not_done:
+            break
+    try:
+        return [f.result() for f in futures]
+    except JobCancelled:
+        return None
 
 
 def _meta_fields(m: ImageMeta | ImageRecord) -> dict:

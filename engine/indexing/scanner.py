@@ -1,7 +1,10 @@
 """Walk a library folder: image files with their size and mtime, and what was skipped and why.
 
 Hidden and system folders are skipped, symlinked folders are followed once (loops are
-detected by device+inode), and unreadable entries are reported, never fatal.
+detected by device+inode), symlinked files are followed, and unreadable entries are reported,
+never fatal. The scan only describes the tree: what a path names may change before the file is
+read, so readers open it with engine.fileutil.open_user_file (passing `followed_link` on as
+follow_symlinks, so that a plain file swapped for a link is refused).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class FileEntry:
     abs_path: Path
     size: int
     mtime_ns: int
+    followed_link: bool = False  # the path was a symbolic link at scan time (and was followed)
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,6 @@ def scan_folder(
                 if not os.access(entry.path, os.R_OK):
                     yield Skipped(rel, "permission denied")
                     continue
-                yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns)
+                yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns, followed_link=is_link)
         # Depth-first in name order, so scans are deterministic.
         stack.extend(reversed(subfolders))

@@ -232,10 +232,18 @@ def _allowed_roots(src: Path) -> list[Path]:
 
 def _copy_hashing(src: Path, dst: Path) -> tuple[str, int]:
     """Copy and hash in one pass, so the recorded hash is of the bytes we wrote."""
+    from engine.fileutil import open_user_file
+
     h = hashlib.sha256()
     size = 0
     dst.parent.mkdir(parents=True, exist_ok=True)
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
+    try:
+        # Checked on the open descriptor: a file that became a FIFO or device since the folder was
+        # listed never blocks the import, and one still growing is copied up to its size at open.
+        fin = open_user_file(src, follow_symlinks=False)  # links were resolved and checked by the caller
+    except OSError as exc:
+        raise ModelError(f"cannot read {src}: {exc.strerror or exc}") from None
+    with fin, open(dst, "wb") as fout:
         while chunk := fin.read(_COPY_CHUNK):
             h.update(chunk)
             fout.write(chunk)
@@ -303,6 +311,7 @@ def import_model(
                 if not any(target.is_relative_to(r) for r in roots) or not target.is_file():
                     outside.append(f"{rel} -> {target}")
                     continue
+                p = target  # the checked target is what gets copied, so no link is followed later
             elif not p.is_file():
                 continue
             selected.append((rel, p))
@@ -358,7 +367,9 @@ def _weights_of(names: set[str], src: Path) -> list[str]:
     shards = sorted(n for n in names if _SHARD_RE.fullmatch(n))
     if "model.safetensors.index.json" in names:
         try:
-            index = json.loads((src / "model.safetensors.index.json").read_text(encoding="utf-8"))
+            from engine.fileutil import read_user_text
+
+            index = json.loads(read_user_text(src / "model.safetensors.index.json"))
             wanted = set(index["weight_map"].values())
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ModelIntegrityError(f"model.safetensors.index.json is unreadable: {e}") from None

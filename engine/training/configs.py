@@ -128,10 +128,14 @@ def load_config(name_or_path: str, **overrides) -> TrainConfig:
         path = Path(name_or_path)
         if not path.is_file():
             raise ConfigError(f"{name_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a config file")
+        from engine.fileutil import read_user_text
+
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = json.loads(read_user_text(path))  # never blocks on a FIFO or device
         except ValueError as exc:
             raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
         base = PRESETS.get(raw.pop("base", ""), None)
         fields = base.to_dict() if base else {"description": str(path)}
         fields.update(raw)

@@ -240,12 +240,17 @@ def check_line(
 def _lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
     """(line number, text, "") per line, or (line number, None, reason) for a line that is not
     UTF-8 — decoded line by line, so one bad byte costs only its own line."""
-    if not path.is_file():
-        raise TrainingDataError(f"training data file {path} does not exist")
+    from engine.fileutil import NotARegularFileError
+
     try:
-        # Bounded reads (engine.limits): an over-long line is reported, never held whole.
+        # Bounded reads (engine.limits) through the safe open: an over-long line is reported, never
+        # held whole; a path that is a FIFO or device never blocks.
         for line in limits.iter_text_lines(path):
             yield line.line_no, (None if line.problem else line.text), line.problem or ""
+    except FileNotFoundError:
+        raise TrainingDataError(f"training data file {path} does not exist") from None
+    except NotARegularFileError as exc:
+        raise TrainingDataError(f"training data {exc}") from None
     except OSError as exc:
         raise TrainingDataError(f"cannot read training data {path}: {exc.strerror or exc}") from exc
 

@@ -469,7 +469,7 @@ def test_permission_denied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         def refuse(*args: object, **kwargs: object) -> None:
             raise PermissionError(errno.EACCES, "Permission denied")
 
-        monkeypatch.setattr(decode, "open", refuse, raising=False)
+        monkeypatch.setattr(decode, "open_user_file", refuse)  # the one open of a user file
     try:
         with pytest.raises(DecodeError) as info:
             decode_image(path)
@@ -484,7 +484,7 @@ def test_os_read_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken_disk(*args: object, **kwargs: object) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(decode, "open", broken_disk, raising=False)
+    monkeypatch.setattr(decode, "open_user_file", broken_disk)  # the one open of a user file
     with pytest.raises(DecodeError) as info:
         decode_image(path)
     assert info.value.reason == "read error"
