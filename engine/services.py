@@ -54,7 +54,10 @@ class Services:
         configured = self.settings().get("default_model")
         if configured:
             return configured
-        used = self.catalog.model_ids()
+        from engine.models.registry import identity_name
+
+        # Vectors are stored under model identities ("NAME@hash"); the user picks by name.
+        used = {identity_name(key) for key in self.catalog.model_ids()}
         if len(used) == 1:
             return next(iter(used))
         if len(used) > 1:

@@ -336,7 +336,10 @@ class SceneWorldMiniEmbedder:
         device: str = "auto",
         text_tower_dir: Path | None = None,
         model_id: str = "sceneworld-mini",
+        identity: str | None = None,
+        text_identity: str | None = None,
     ) -> None:
+        """`identity`/`text_identity`: see engine.models.base.Embedder (default: model_id)."""
         from engine.models.blip import resolve_device
 
         self.device = resolve_device(device)
@@ -346,9 +349,13 @@ class SceneWorldMiniEmbedder:
         self.tokenizer = build_tokenizer()
         self.model_id = model_id
         self.text_model_id = model_id
+        self.text_tower_dir: Path | None = None
         if text_tower_dir is not None:
             name = load_text_tower(self.model, text_tower_dir)
             self.text_model_id = f"{model_id}+{name}"
+            self.text_tower_dir = Path(text_tower_dir)
+        self.identity = identity or model_id
+        self.text_identity = text_identity or self.text_model_id
         self.dim = self.cfg.embed_dim
         self.image_size = self.cfg.image_size
         self.max_text_tokens = self.cfg.max_positions

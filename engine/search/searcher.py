@@ -126,7 +126,9 @@ class Searcher:
     def search_vector(self, vec: np.ndarray, top_k: int, flt: ImageFilter | None = None) -> SearchResult:
         if top_k < 1:
             raise QueryError("--top must be at least 1")
-        model_id = self.embedder.model_id
+        # Only vectors of this exact model identity are searched: vectors of a replaced model with
+        # the same name live under another key and are never served.
+        identity = self.embedder.identity
         t0 = time.perf_counter()
         candidates: list[tuple[float, int, int]] = []  # (score, image id, library id)
         for lib in self.catalog.libraries():
@@ -136,7 +138,7 @@ class Searcher:
                 if not ids:
                     continue
                 allowed = ids.__contains__
-            index = self.store.get(lib.id, model_id, self.embedder.dim)
+            index = self.store.get(lib.id, identity, self.embedder.dim)
             if len(index) == 0:
                 continue
             ids, scores = index.query(vec[None, :].astype(np.float32), top_k, allowed=allowed)[0]
@@ -166,5 +168,5 @@ class Searcher:
                 )
             )
         t2 = time.perf_counter()
-        return SearchResult(hits=hits, model_id=model_id, timings_ms={"ann": (t1 - t0) * 1000,
+        return SearchResult(hits=hits, model_id=self.embedder.model_id, timings_ms={"ann": (t1 - t0) * 1000,
                                                                        "catalog": (t2 - t1) * 1000})
