@@ -249,8 +249,12 @@ class BlipEmbedder:
         from transformers import BlipForImageTextRetrieval
         from transformers.utils import logging as hf_logging
 
+        from engine.models.blip_shapes import check_blip_config_fits_weights
+
         # Our callers draw their own progress; transformers' per-load bars would clutter the CLI.
         hf_logging.disable_progress_bar()
+        # Before anything is allocated: a config its weights do not fit could ask for any amount.
+        check_blip_config_fits_weights(self.checkpoint_dir, config)
 
         try:
             model, info = BlipForImageTextRetrieval.from_pretrained(

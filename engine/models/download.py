@@ -210,6 +210,12 @@ def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
             raise ModelIntegrityError(f"{rel} is not a valid safetensors file: {e}") from None
         if not keys:
             raise ModelIntegrityError(f"{rel} contains no tensors")
+    if backend == "blip":
+        from engine.models.blip_shapes import check_blip_config_fits_weights
+
+        # The config's sizes decide what loading allocates: refuse them now, not at first search.
+        main = [w for w in weights if not w.startswith(TEXT_TOWER_DIR + "/")]
+        check_blip_config_fits_weights(folder, weight_files=main)
 
 
 # --- import ----------------------------------------------------------------------------------

@@ -73,6 +73,14 @@ def catalog_path(home: Path) -> Path:
     return home / "data" / "catalog.sqlite3"
 
 
+def model_key(home: Path) -> str:
+    """The key MODEL's vectors are stored under: its identity (NAME@hash of its files), not its name."""
+    from engine.config import get_paths
+    from engine.models.registry import installed_identity
+
+    return installed_identity(MODEL, get_paths(str(home))).image
+
+
 def committed_rows(catalog: Path) -> dict[str, tuple[int, bytes | None]]:
     """path -> (row id, vector bytes) as committed right now, read through a separate connection."""
     if not catalog.exists():
@@ -82,7 +90,7 @@ def committed_rows(catalog: Path) -> dict[str, tuple[int, bytes | None]]:
         rows = con.execute(
             "SELECT i.rel_path, i.id, e.vector FROM images i "
             "LEFT JOIN embeddings e ON e.image_id = i.id AND e.model_id = ?",
-            (MODEL,),
+            (model_key(catalog.parents[1]),),
         ).fetchall()
     except sqlite3.OperationalError:
         return {}  # schema not created yet
@@ -185,10 +193,11 @@ def check_consistency(home: Path, photos: Path, before_kill: dict[str, tuple[int
             report.duplicate_rows += abs(n_rows - len(files))
             report.problems.append(f"iteration {it}: {n_rows} live rows for {len(files)} files")
         lib = cat.libraries()[0]
-        truth = cat.embedded_ids(lib.id, MODEL)
-        dim = cat.vectors_for([next(iter(truth))], MODEL).shape[1]
+        key = model_key(home)
+        truth = cat.embedded_ids(lib.id, key)
+        dim = cat.vectors_for([next(iter(truth))], key).shape[1]
         try:
-            ids = VectorIndex.load(index_path(paths.indexes, lib.id, MODEL), dim=dim).ids()
+            ids = VectorIndex.load(index_path(paths.indexes, lib.id, key), dim=dim).ids()
         except LonglensError as exc:
             report.index_mismatches += 1
             report.problems.append(f"iteration {it}: index file unreadable after resume: {exc}")

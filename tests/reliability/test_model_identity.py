@@ -4,7 +4,6 @@ SQLite catalog; two different random tiny BLIP checkpoints stand in for "tinyA" 
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from pathlib import Path
 

@@ -1,0 +1,100 @@
+"""Does a BLIP folder's config.json fit its safetensors weights? Checked before any model is built.
+
+A config is a few numbers a user controls; the model transformers builds from it allocates whatever
+they say (vision intermediate_size 10^7 in a 5 MB folder grew a search to 5.5 GB). So the config
+is checked against the weights' safetensors headers first, which cost nothing to read:
+
+1. every layer count must be at most the number of tensors in the headers (a meta-device build of
+   10^7 layers would still make 10^7 Python modules);
+2. the model is built on torch's "meta" device (shapes only, no storage) and every tensor it has
+   must be in the headers with exactly that shape, and the headers may hold nothing else but the
+   model's buffers (older checkpoints carry position_ids).
+
+Only then is the model built for real. Import (engine.models.download) and load (BlipEmbedder)
+both run this, so a folder that passes import cannot blow up at `search --model` either, and one
+planted in the models folder by hand is refused at load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ModelIntegrityError
+
+# Config fields that count repeated blocks: each block has at least one tensor in the weights.
+_LAYER_COUNTS = ("num_hidden_layers",)
+_SUB_CONFIGS = ("vision_config", "text_config")
+_SHOWN = 5
+
+
+def safetensors_shapes(folder: Path, weight_files: list[str]) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from the headers of the weight files (no tensor data is read)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for rel in weight_files:
+        try:
+            with safe_open(str(Path(folder) / rel), framework="numpy") as f:
+                for key in f.keys():
+                    shapes[key] = tuple(int(n) for n in f.get_slice(key).get_shape())
+        except Exception as e:  # safetensors raises its own error types for bad headers
+            raise ModelIntegrityError(f"{rel} is not a valid safetensors file: {e}") from None
+    return shapes
+
+
+def blip_weight_files(folder: Path) -> list[str]:
+    """model.safetensors, or the shards its index lists."""
+    folder = Path(folder)
+    if (folder / "model.safetensors").is_file():
+        return ["model.safetensors"]
+    index = folder / "model.safetensors.index.json"
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        return sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ModelIntegrityError(f"{index} is unreadable: {e}") from None
+
+
+def check_blip_config_fits_weights(folder: Path, config: Any | None = None,
+                                   weight_files: list[str] | None = None) -> None:
+    """Refuse (ModelIntegrityError naming the key and both shapes) a config its weights do not fit."""
+    import torch
+    from transformers import BlipConfig, BlipForImageTextRetrieval
+
+    folder = Path(folder)
+    shapes = safetensors_shapes(folder, weight_files or blip_weight_files(folder))
+    if config is None:
+        try:
+            config = BlipConfig.from_pretrained(str(folder), local_files_only=True)
+        except Exception as exc:  # transformers raises OSError/ValueError/TypeError for bad configs
+            raise ModelIntegrityError(f"{folder / 'config.json'} is not a BLIP config: {exc}") from exc
+    for sub in _SUB_CONFIGS:
+        part = getattr(config, sub, None)
+        for field in _LAYER_COUNTS:
+            value = getattr(part, field, None)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= len(shapes):
+                raise ModelIntegrityError(
+                    f"config.json {sub}.{field} = {value!r} does not fit the weights, which hold "
+                    f"{len(shapes)} tensors in all; nothing was loaded"
+                )
+    try:
+        with torch.device("meta"):
+            model = BlipForImageTextRetrieval(config)
+    except Exception as exc:  # inconsistent numbers (e.g. heads not dividing the hidden size)
+        raise ModelIntegrityError(f"config.json does not describe a buildable BLIP model: {exc}") from exc
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    buffers = {name for name, _ in model.named_buffers()}
+    problems = [f"{k}: config implies {expected[k]}, weights have {shapes[k]}"
+                for k in sorted(expected) if k in shapes and shapes[k] != expected[k]]
+    problems += [f"{k}: config implies {expected[k]}, missing from the weights"
+                 for k in sorted(expected) if k not in shapes]
+    problems += [f"{k}: in the weights {shapes[k]}, not in the model the config describes"
+                 for k in sorted(shapes) if k not in expected and k not in buffers]
+    if problems:
+        more = f" and {len(problems) - _SHOWN} more" if len(problems) > _SHOWN else ""
+        raise ModelIntegrityError(
+            f"config.json of {folder} does not fit its weights ({len(problems)} tensors differ: "
+            f"{'; '.join(problems[:_SHOWN])}{more}); nothing was loaded"
+        )
