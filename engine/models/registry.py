@@ -504,6 +504,9 @@ class ModelStatus:
 
 def list_models(paths: Paths, *, verify: bool = False) -> list[ModelStatus]:
     """Registered models (installed or not), then models imported under other names."""
+    from engine.models.install_state import recover_models_folder
+
+    recover_models_folder(paths)  # an install killed last time: restore or clean up first
     out: list[ModelStatus] = []
     seen: set[str] = set()
     for spec in _REGISTRY.values():

@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,143 @@ def test_extra_and_missing_tensors_are_refused_by_name(tmp_path, blip_tiny_check
                 "layers": "text_config.num_hidden_layers"}[case]
         assert want in str(exc.value)
         assert not (paths.models / case).exists()
+
+
+# --- item 14: killed installs ------------------------------------------------------------------
+
+NAME = "m"
+
+
+@pytest.fixture(scope="module")
+def tiny_b(tmp_path_factory) -> Path:
+    from engine.models.blip_checkpoints import save_random_blip_checkpoint
+
+    return save_random_blip_checkpoint(tmp_path_factory.mktemp("blipB") / "tinyB", size="tiny", seed=1)
+
+
+def weights_sha(folder: Path) -> str:
+    from engine.fileutil import sha256_file
+
+    return sha256_file(folder / "model.safetensors")
+
+
+def start_import(home: Path, src: Path, *extra: str, pause: str | None = None, ready: Path | None = None,
+                 ) -> subprocess.Popen:
+    env = child_env(home)
+    if pause:
+        env["LONGLENS_TEST_INSTALL_PAUSE"] = f"{pause}:{ready}"
+    return subprocess.Popen([sys.executable, "-m", "engine", "models", "import", str(src), "--name", NAME, *extra],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"the import ended (rc {proc.returncode}) before its pause point: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the import never reached its pause point")
+        time.sleep(0.05)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    proc.stderr.close()
+
+
+def next_start(home: Path) -> list[dict]:
+    """What any later Longlens command does first; `models list` is the cheapest such start."""
+    proc = subprocess.run([sys.executable, "-m", "engine", "models", "list", "--json"], cwd=ROOT,
+                          env=child_env(home), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def leftovers(home: Path) -> list[str]:
+    models = get_paths(home).models
+    return sorted(p.name for p in models.iterdir() if p.name.startswith(".") and p.name != ".install.lock")
+
+
+def assert_one_verified_model(home: Path) -> str:
+    from engine.models.registry import verify_model
+
+    report = verify_model(NAME, get_paths(home))
+    assert report.ok, report.summary()
+    return weights_sha(get_paths(home).models / NAME)
+
+
+@pytest.mark.parametrize("step, survivor", [
+    ("copied", "old"),  # files staged, no manifest yet
+    ("verified", "old"),  # complete and verified, old model not yet touched
+    ("replaced-aside", "old"),  # between the two renames: only the old model, aside
+    ("swapped-in", "new"),  # new model in place, old copy not yet deleted
+])
+def test_replace_killed_at_each_step_leaves_one_verified_model_and_no_staging(
+    tmp_path, blip_tiny_checkpoint, tiny_b, step, survivor
+):
+    home = tmp_path / "home"
+    subprocess.run([sys.executable, "-m", "engine", "models", "import", str(blip_tiny_checkpoint), "--name", NAME],
+                   cwd=ROOT, env=child_env(home), check=True, capture_output=True, timeout=180)
+    ready = tmp_path / "ready"
+    proc = start_import(home, tiny_b, "--replace", pause=step, ready=ready)
+    wait_for(ready, proc)
+    kill(proc)
+    assert leftovers(home)  # the kill did leave something behind: the repair has work to do
+    listed = {m["name"]: m for m in next_start(home)}
+    assert listed[NAME]["installed"]
+    want = weights_sha(blip_tiny_checkpoint if survivor == "old" else tiny_b)
+    assert assert_one_verified_model(home) == want
+    assert leftovers(home) == []
+
+
+def test_first_install_killed_leaves_nothing_after_the_next_start(tmp_path, blip_tiny_checkpoint):
+    home = tmp_path / "home"
+    ready = tmp_path / "ready"
+    proc = start_import(home, blip_tiny_checkpoint, pause="verified", ready=ready)
+    wait_for(ready, proc)
+    kill(proc)
+    assert any(n.startswith(".staging-") for n in leftovers(home))
+    listed = {m["name"]: m for m in next_start(home)}
+    assert NAME not in listed and leftovers(home) == []
+    assert not (get_paths(home).models / NAME).exists()
+
+
+def test_a_live_import_keeps_its_staging_folder_while_another_process_starts(tmp_path, blip_tiny_checkpoint):
+    home = tmp_path / "home"
+    ready = tmp_path / "ready"
+    proc = start_import(home, blip_tiny_checkpoint, pause="copied", ready=ready)
+    try:
+        wait_for(ready, proc)
+        staged = [n for n in leftovers(home) if n.startswith(".staging-") and not n.endswith(".lock")]
+        assert len(staged) == 1 and f"-{proc.pid}-" in staged[0]
+        next_start(home)  # another process starts while the import is alive
+        assert (get_paths(home).models / staged[0]).is_dir()
+    finally:
+        kill(proc)
+    next_start(home)
+    assert leftovers(home) == []
+
+
+def test_replace_killed_at_random_moments_always_leaves_one_verified_model(tmp_path, blip_tiny_checkpoint, tiny_b):
+    import random
+
+    rng = random.Random(16)
+    home = tmp_path / "home"
+    subprocess.run([sys.executable, "-m", "engine", "models", "import", str(blip_tiny_checkpoint), "--name", NAME],
+                   cwd=ROOT, env=child_env(home), check=True, capture_output=True, timeout=180)
+    t0 = time.monotonic()
+    proc = start_import(home, tiny_b, "--replace")
+    assert proc.wait(timeout=180) == 0
+    proc.stderr.close()
+    full = time.monotonic() - t0
+    candidates = {weights_sha(blip_tiny_checkpoint), weights_sha(tiny_b)}
+    for i in range(8):
+        src = blip_tiny_checkpoint if i % 2 else tiny_b
+        proc = start_import(home, src, "--replace")
+        time.sleep(rng.uniform(0.3, 1.0) * full)
+        kill(proc)
+        next_start(home)
+        assert assert_one_verified_model(home) in candidates
+        assert leftovers(home) == [], f"iteration {i}"
