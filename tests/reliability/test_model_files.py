@@ -244,24 +244,43 @@ def test_a_live_import_keeps_its_staging_folder_while_another_process_starts(tmp
     assert leftovers(home) == []
 
 
+def staging_appeared(home: Path, proc: subprocess.Popen, timeout_s: float = 180) -> bool:
+    """Wait until the install has a staging folder (start-up and torch import take most of a run)."""
+    models = get_paths(home).models
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if models.is_dir() and any(p.name.startswith(".staging-") for p in models.iterdir()):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.005)
+    pytest.fail("no staging folder appeared")
+
+
 def test_replace_killed_at_random_moments_always_leaves_one_verified_model(tmp_path, blip_tiny_checkpoint, tiny_b):
+    """Kills land at random points of the install itself (copy, validate, verify, swap)."""
     import random
 
     rng = random.Random(16)
     home = tmp_path / "home"
     subprocess.run([sys.executable, "-m", "engine", "models", "import", str(blip_tiny_checkpoint), "--name", NAME],
                    cwd=ROOT, env=child_env(home), check=True, capture_output=True, timeout=180)
-    t0 = time.monotonic()
     proc = start_import(home, tiny_b, "--replace")
+    assert staging_appeared(home, proc)
+    t0 = time.monotonic()
     assert proc.wait(timeout=180) == 0
     proc.stderr.close()
-    full = time.monotonic() - t0
+    window = time.monotonic() - t0  # from the staging folder's creation to the end
     candidates = {weights_sha(blip_tiny_checkpoint), weights_sha(tiny_b)}
+    killed_mid_install = 0
     for i in range(8):
         src = blip_tiny_checkpoint if i % 2 else tiny_b
         proc = start_import(home, src, "--replace")
-        time.sleep(rng.uniform(0.3, 1.0) * full)
+        if staging_appeared(home, proc):
+            time.sleep(rng.uniform(0.0, 0.9) * window)
+            killed_mid_install += proc.poll() is None
         kill(proc)
         next_start(home)
         assert assert_one_verified_model(home) in candidates
         assert leftovers(home) == [], f"iteration {i}"
+    assert killed_mid_install >= 4  # most kills did land inside the install
