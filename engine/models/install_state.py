@@ -6,7 +6,9 @@ Layout inside paths.models while an install runs:
     .staging-NAME-PID-RANDOM/        the new model being assembled (PID: the owner, for people)
     .staging-NAME-PID-RANDOM.lock    held (flock) by the owner for as long as it lives
     .replaced-NAME-PID-RANDOM/       during --replace only: the old model, between the two renames
-    .install.lock                    held while a replace swaps folders and while a start repairs
+and next to the models folder (so the models folder holds only models once installs end):
+
+    .models.install.lock             held while a replace swaps folders and while a start repairs
 
 The owner's flock is the truth about liveness (the kernel drops it when the process dies, even by
 SIGKILL, and a re-used PID cannot hold it), so a start removes exactly the staging folders of dead
@@ -36,7 +38,7 @@ except ImportError:  # Windows: no flock; staging folders then fall back to the 
 STAGING_PREFIX = ".staging-"
 REPLACED_PREFIX = ".replaced-"
 LEGACY_TRASH_PREFIX = ".trash-"  # what releases before this module left between the two renames
-INSTALL_LOCK = ".install.lock"
+INSTALL_LOCK_SUFFIX = ".install.lock"
 # Staging folders without an owner lock (older releases, or no flock on this OS) are removed only
 # when this old, so a live install there is never touched.
 STALE_WITHOUT_LOCK_S = 24 * 3600
@@ -76,7 +78,8 @@ def install_lock(paths: Paths) -> Iterator[None]:
     if fcntl is None:
         yield
         return
-    fd = os.open(paths.models / INSTALL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = paths.models.parent / f".{paths.models.name}{INSTALL_LOCK_SUFFIX}"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
