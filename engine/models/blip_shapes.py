@@ -1,4 +1,4 @@
-"""Does a BLIP folder's config.json fit its safetensors weights? Checked before any model is built.
+"""Does a model folder's config fit its safetensors weights? Checked before any model is built.
 
 A config is a few numbers a user controls; the model transformers builds from it allocates whatever
 they say (vision intermediate_size 10^7 in a 5 MB folder grew a search to 5.5 GB). So the config
@@ -10,8 +10,8 @@ is checked against the weights' safetensors headers first, which cost nothing to
    must be in the headers with exactly that shape, and the headers may hold nothing else but the
    model's buffers (older checkpoints carry position_ids).
 
-Only then is the model built for real. Import (engine.models.download) and load (BlipEmbedder)
-both run this, so a folder that passes import cannot blow up at `search --model` either, and one
+Only then is the model built for real. Import (engine.models.download) and load (BlipEmbedder,
+and the sceneworld-mini loader with the same two helpers) run this, so a folder that passes import cannot blow up at `search --model` either, and one
 planted in the models folder by hand is refused at load.
 """
 
@@ -70,20 +70,29 @@ def check_blip_config_fits_weights(folder: Path, config: Any | None = None,
             config = BlipConfig.from_pretrained(str(folder), local_files_only=True)
         except Exception as exc:  # transformers raises OSError/ValueError/TypeError for bad configs
             raise ModelIntegrityError(f"{folder / 'config.json'} is not a BLIP config: {exc}") from exc
-    for sub in _SUB_CONFIGS:
-        part = getattr(config, sub, None)
-        for field in _LAYER_COUNTS:
-            value = getattr(part, field, None)
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= len(shapes):
-                raise ModelIntegrityError(
-                    f"config.json {sub}.{field} = {value!r} does not fit the weights, which hold "
-                    f"{len(shapes)} tensors in all; nothing was loaded"
-                )
+    check_layer_counts({f"{sub}.{field}": getattr(getattr(config, sub, None), field, None)
+                        for sub in _SUB_CONFIGS for field in _LAYER_COUNTS}, shapes, "config.json")
     try:
         with torch.device("meta"):
             model = BlipForImageTextRetrieval(config)
     except Exception as exc:  # inconsistent numbers (e.g. heads not dividing the hidden size)
         raise ModelIntegrityError(f"config.json does not describe a buildable BLIP model: {exc}") from exc
+    check_meta_model_fits(model, shapes, f"config.json of {folder}")
+
+
+def check_layer_counts(counts: dict[str, Any], shapes: dict[str, tuple[int, ...]], where: str) -> None:
+    """Every count of repeated blocks is a positive int no larger than the number of tensors."""
+    for field, value in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= len(shapes):
+            raise ModelIntegrityError(
+                f"{where}: {field} = {value!r} does not fit the weights, which hold {len(shapes)} tensors "
+                "in all; nothing was loaded"
+            )
+
+
+def check_meta_model_fits(model: Any, shapes: dict[str, tuple[int, ...]], where: str) -> None:
+    """`model` (built on the meta device) must have exactly the header's tensors, shape for shape;
+    the header may hold the model's buffers besides."""
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     buffers = {name for name, _ in model.named_buffers()}
     problems = [f"{k}: config implies {expected[k]}, weights have {shapes[k]}"
@@ -95,6 +104,6 @@ def check_blip_config_fits_weights(folder: Path, config: Any | None = None,
     if problems:
         more = f" and {len(problems) - _SHOWN} more" if len(problems) > _SHOWN else ""
         raise ModelIntegrityError(
-            f"config.json of {folder} does not fit its weights ({len(problems)} tensors differ: "
+            f"the weights do not fit {where} ({len(problems)} tensors differ: "
             f"{'; '.join(problems[:_SHOWN])}{more}); nothing was loaded"
         )

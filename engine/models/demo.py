@@ -264,6 +264,22 @@ def save_model(model: SceneWorldMini, out_dir: Path, extra: dict | None = None, 
     return out_dir
 
 
+def _check_config_fits_weights(cfg: MiniConfig, weights: Path) -> None:
+    """The config's sizes decide what building the model allocates: check them against the
+    safetensors header (shapes only) on the meta device first (engine.models.blip_shapes)."""
+    from engine.models.blip_shapes import check_layer_counts, check_meta_model_fits, safetensors_shapes
+
+    shapes = safetensors_shapes(weights.parent, [weights.name])
+    check_layer_counts({"stem_blocks": cfg.stem_blocks, "vision_layers": cfg.vision_layers,
+                        "text_layers": cfg.text_layers}, shapes, f"{weights.parent / CONFIG_FILE}")
+    try:
+        with torch.device("meta"):
+            model = SceneWorldMini(cfg)
+    except Exception as exc:  # inconsistent numbers (e.g. heads not dividing the width)
+        raise ModelIntegrityError(f"{weights.parent / CONFIG_FILE} does not describe a buildable model: {exc}") from exc
+    check_meta_model_fits(model, shapes, str(weights.parent / CONFIG_FILE))
+
+
 def load_model(model_dir: Path, device: str = "cpu") -> SceneWorldMini:
     from safetensors.torch import load_file
 
@@ -276,6 +292,7 @@ def load_model(model_dir: Path, device: str = "cpu") -> SceneWorldMini:
     except ValueError as exc:
         raise ModelIntegrityError(f"{cfg_path}: not valid JSON ({exc})") from exc
     cfg = MiniConfig.from_dict(meta["config"])
+    _check_config_fits_weights(cfg, weights)
     model = SceneWorldMini(cfg)
     state = load_file(str(weights))
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}

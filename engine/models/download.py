@@ -255,6 +255,7 @@ def import_model(
         )
 
     final = paths.models / name
+    recover_models_folder(paths)  # a model a killed replace left aside is back before we look
     if (final.exists() or final.is_symlink()) and not replace:
         raise ModelError(f"a model named {name!r} already exists at {final}; use --replace to overwrite it")
 

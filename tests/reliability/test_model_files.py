@@ -97,6 +97,25 @@ def test_oversized_config_planted_in_the_models_folder_is_refused_at_search(tmp_
     assert out["grew_kb"] < 300_000, out
 
 
+def test_oversized_sceneworld_mini_config_planted_in_the_models_folder_is_refused_at_search(tmp_path):
+    """The same rule for the other backend's loader (its config is sceneworld_mini.json)."""
+    from engine.models.download import write_local_manifest
+    from engine.models.registry import bundled_model_dir
+
+    home = tmp_path / "home"
+    planted = get_paths(home).models / "mini-big"
+    shutil.copytree(bundled_model_dir("sceneworld-mini"), planted)
+    (planted / "longlens-manifest.json").unlink()
+    meta = json.loads((planted / "sceneworld_mini.json").read_text())
+    meta["config"]["mlp_ratio"] = HUGE // 100
+    (planted / "sceneworld_mini.json").write_text(json.dumps(meta))
+    write_local_manifest(planted, "mini-big", "sceneworld-mini")
+    out, err = run_capped(home, "search", "a red square", "--model", "mini-big")
+    assert out["rc"] == 2, err
+    assert "mlp" in err and "config implies" in err and "Traceback" not in err
+    assert out["grew_kb"] < 300_000, out
+
+
 def test_extra_and_missing_tensors_are_refused_by_name(tmp_path, blip_tiny_checkpoint):
     """No more and no fewer tensors than the config implies."""
     from safetensors.numpy import load_file, save_file
