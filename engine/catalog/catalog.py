@@ -404,6 +404,13 @@ class Catalog:
         with self.read() as conn:
             return {r[0] for r in conn.execute(select(embeddings.c.model_id).distinct())}
 
+    def vector_keys(self, library_id: int) -> set[str]:
+        """The keys a library's vectors are stored under."""
+        with self.read() as conn:
+            q = (select(embeddings.c.model_id).join(images, embeddings.c.image_id == images.c.id)
+                 .where(images.c.library_id == library_id).distinct())
+            return {r[0] for r in conn.execute(q)}
+
     def delete_vectors(self, library_id: int, model_ids: Sequence[str]) -> int:
         """Drop a library's vectors stored under these keys (e.g. of a replaced model); returns how many."""
         if not model_ids:

@@ -87,8 +87,9 @@ def test_a_stale_identity_is_never_served_by_search(two_models_home, cli, photos
     assert cli("index", str(photos), "--model", NAME)[0] == 0
     assert cli("models", "import", str(tiny_b), "--name", NAME, "--replace")[0] == 0
     x = sorted(p for p in photos.rglob("*.jpg"))[0]
-    hits = cli.json("search", "--image", str(x), "--model", NAME)
-    assert hits["results"] == []
+    rc, out, err = cli("search", "--image", str(x), "--model", NAME, "--json")
+    assert rc == 0 and __import__("json").loads(out)["results"] == []
+    assert "earlier version of model 'm'" in err and str(photos.resolve()) in err  # and it says why
 
 
 def test_a_text_tower_override_does_not_change_the_image_identity(home, paths, blip_tiny_checkpoint, tmp_path):
