@@ -4,6 +4,7 @@ SQLite catalog; two different random tiny BLIP checkpoints stand in for "tinyA" 
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -155,3 +156,25 @@ def test_shards_made_by_another_identity_are_refused(two_models_home, cli, blip_
     rc, _, err = cli("import-shards", str(shards), "--library", str(tmp_path / "lib"))
     assert rc != 0 and "another version" in err and NAME in err
     assert not (home / "data" / "catalog.sqlite3").exists() or stored_keys(home) == {}
+
+
+def test_training_cache_refuses_another_identity_of_an_installed_model(two_models_home, cli, blip_tiny_checkpoint,
+                                                                        tmp_path):
+    """A re-import whose config changed (here: a field no vector depends on, so the probe image still
+    embeds alike) is another identity: the embedding cache of the old one is not reused."""
+    import json
+
+    from engine.models.registry import load_embedder
+    from engine.training.cache import CacheError, EmbeddingCache
+
+    paths = get_paths(two_models_home)
+    assert cli("models", "import", str(blip_tiny_checkpoint), "--name", NAME)[0] == 0
+    EmbeddingCache.create_or_open(tmp_path / "cache", load_embedder(NAME, paths, device="cpu")).close()
+    changed = tmp_path / "changed"
+    shutil.copytree(blip_tiny_checkpoint, changed)
+    cfg = json.loads((changed / "config.json").read_text())
+    cfg["longlens_test_note"] = "re-exported"
+    (changed / "config.json").write_text(json.dumps(cfg))
+    assert cli("models", "import", str(changed), "--name", NAME, "--replace")[0] == 0
+    with pytest.raises(CacheError, match="its files changed since"):
+        EmbeddingCache.create_or_open(tmp_path / "cache", load_embedder(NAME, paths, device="cpu"))
