@@ -214,6 +214,9 @@ class MainWindow(QMainWindow):
         else:
             text = (f"Indexed {root}: {summary.new} new, {summary.changed} changed, {summary.moved} moved, "
                     f"{summary.deleted} removed, {summary.unchanged} unchanged in {summary.elapsed_s:.1f} s")
+            if summary.reembedded:
+                text += (f"; {summary.reembedded} re-embedded because model {summary.model_id} changed since "
+                         "they were indexed")
             if summary.unreadable:
                 text += f"; {len(summary.unreadable)} unreadable (see the library panel)"
         self.statusBar().showMessage(text, 20000)

@@ -17,6 +17,10 @@ SETTINGS_FILE = "settings.json"
 class Services:
     def __init__(self, paths: Paths) -> None:
         self.paths = paths.ensure()
+        from engine.models.install_state import recover_models_folder
+
+        # A model install killed last time may have left a staging folder or a model moved aside.
+        recover_models_folder(self.paths)
         self.catalog = Catalog(paths.catalog)
         self.store = IndexStore(paths.indexes, self.catalog)
         self._embedders: dict[tuple[str, str, str | None], Embedder] = {}
@@ -54,7 +58,10 @@ class Services:
         configured = self.settings().get("default_model")
         if configured:
             return configured
-        used = self.catalog.model_ids()
+        from engine.models.registry import identity_name
+
+        # Vectors are stored under model identities ("NAME@hash"); the user picks by name.
+        used = {identity_name(key) for key in self.catalog.model_ids()}
         if len(used) == 1:
             return next(iter(used))
         if len(used) > 1:

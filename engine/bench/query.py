@@ -182,6 +182,7 @@ def ann_and_catalog(
 
             class _Emb:  # what Searcher.search_vector reads of an embedder
                 model_id, dim = "bench-model", queries.shape[1]
+                identity = text_identity = model_id
 
             searcher = Searcher(svc.catalog, svc.store, _Emb())
             done = 0

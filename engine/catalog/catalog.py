@@ -400,8 +400,27 @@ class Catalog:
             return {int(r[0]) for r in conn.execute(select(images.c.id).where(*conds))}
 
     def model_ids(self) -> set[str]:
+        """The keys vectors are stored under (model identities, engine.models.registry)."""
         with self.read() as conn:
             return {r[0] for r in conn.execute(select(embeddings.c.model_id).distinct())}
+
+    def vector_keys(self, library_id: int) -> set[str]:
+        """The keys a library's vectors are stored under."""
+        with self.read() as conn:
+            q = (select(embeddings.c.model_id).join(images, embeddings.c.image_id == images.c.id)
+                 .where(images.c.library_id == library_id).distinct())
+            return {r[0] for r in conn.execute(q)}
+
+    def delete_vectors(self, library_id: int, model_ids: Sequence[str]) -> int:
+        """Drop a library's vectors stored under these keys (e.g. of a replaced model); returns how many."""
+        if not model_ids:
+            return 0
+        with self.write() as conn:
+            ids_of_library = select(images.c.id).where(images.c.library_id == library_id)
+            return int(conn.execute(
+                delete(embeddings).where(embeddings.c.model_id.in_(list(model_ids)),
+                                         embeddings.c.image_id.in_(ids_of_library))
+            ).rowcount)
 
     def duplicate_paths(self) -> int:
         """Rows sharing (library, path): always 0 thanks to the unique constraint; checked by tests."""

@@ -69,11 +69,20 @@ def _index_text(s: dict) -> str:
 def cmd_import_shards(args: argparse.Namespace) -> int:
     from engine.cli import _run_cancellable, _services
     from engine.cluster.importer import import_shards
+    from engine.errors import ModelNotInstalledError
+    from engine.models.registry import installed_identity
+
+    def identity_here(name: str) -> str | None:
+        try:
+            return installed_identity(name, svc.paths).image
+        except ModelNotInstalledError:
+            return None
 
     with _services(args) as svc:
+        expected = identity_here(args.model) or args.model if args.model else None
         last = _run_cancellable(
-            lambda tok: import_shards(svc.catalog, svc.store, args.shards_dir, args.library, model_id=args.model,
-                                      source_root=args.source, cancel=tok),
+            lambda tok: import_shards(svc.catalog, svc.store, args.shards_dir, args.library, model_id=expected,
+                                      source_root=args.source, cancel=tok, installed_identity=identity_here),
             quiet=args.json or args.quiet, unit="file")
     s = last.extra["summary"].as_dict()
     if args.json:

@@ -10,7 +10,7 @@ finished scan, else the newest. Importing the same shards again changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,11 +29,19 @@ from engine.types import STATUS_OK, ImageMeta
 class VectorsOnly:
     """Stands in for the model during a merge: vectors come with the shards, nothing is inferred."""
 
-    model_id: str
+    model_id: str  # here the identity the shards were made with (they carry no display name)
     dim: int
     image_size: int = 0
     text_model_id: str = ""
     device: str = "none"
+
+    @property
+    def identity(self) -> str:
+        return self.model_id
+
+    @property
+    def text_identity(self) -> str:
+        return self.model_id
 
     def _no_model(self, *args: object, **kwargs: object) -> np.ndarray:
         raise ModelError(f"importing shards never runs the model {self.model_id!r}")
@@ -46,7 +54,8 @@ class ImportSummary:
     shards_dir: str
     library: str
     source_root: str = ""
-    model_id: str = ""
+    model_id: str = ""  # the model's name
+    model_identity: str = ""  # what computed the shards' vectors (the key they are stored under)
     shards_read: int = 0
     bad_shards: list[dict[str, str]] = field(default_factory=list)
     rows: int = 0
@@ -70,8 +79,13 @@ def import_shards(
     source_root: str | None = None,
     batch_size: int = 512,
     cancel: CancelToken | None = None,
+    installed_identity: Callable[[str], str | None] | None = None,
 ) -> Iterator[Progress]:
-    """Validate and merge; the last Progress has stage "done" and the ImportSummary in extra["summary"]."""
+    """Validate and merge; the last Progress has stage "done" and the ImportSummary in extra["summary"].
+
+    `model_id`: the exact model identity the shards must carry. `installed_identity`: model name ->
+    the identity installed here (None if not installed); shards made by another identity of an
+    installed model (it was replaced since) are refused, as their vectors would be stale."""
     from engine.indexing.pipeline import ExternalResult, Indexer
     from engine.indexing.scanner import FileEntry
 
@@ -115,6 +129,17 @@ def import_shards(
         raise ClusterError(f"the shards of {source_root} hold vectors of several models ({', '.join(models)}); "
                            "pick one with --model")
     model = models[0]
+    if installed_identity is not None:
+        from engine.models.registry import identity_name
+
+        name = identity_name(model)
+        current = installed_identity(name)
+        if current is not None and current != model:
+            raise ClusterError(
+                f"the shards in {shards_dir} were made by another version of model {name!r} (identity "
+                f"{model!r}); the installed {name} is {current!r}, so their vectors would not match it. "
+                f"Run the cluster job again with the installed {name}; nothing was imported"
+            )
     dims = {s.dim for s in good if s.dim}  # a shard of unreadable files only has no vector size
     if len(dims) > 1:
         raise ClusterError(f"the {model} shards disagree on the vector size ({sorted(dims)})")
@@ -125,7 +150,9 @@ def import_shards(
     if known_dim is not None and known_dim != dim:
         raise ClusterError(f"the catalog's {model} vectors have {known_dim} values, the shards {dim}: "
                            "not the same model")
-    summary.source_root, summary.model_id = source_root, model
+    from engine.models.registry import identity_name
+
+    summary.source_root, summary.model_id, summary.model_identity = source_root, identity_name(model), model
 
     # The latest finished run of this folder and model defines which files exist (its listing).
     runs, bad_runs = shardio.read_runs(shards_dir)

@@ -118,7 +118,9 @@ class EmbedBatches:
             vectors = self.embedder.encode_pixels(np.stack([prepared[i][1] for i in to_embed]))
             for i, v in zip(to_embed, vectors, strict=True):
                 rows[i]["vector"] = v
-        return shardio.result_table(rows, self.embedder.model_id)
+        # Shards carry the model identity (what computed the vectors), so an import can refuse
+        # vectors of a model that was replaced since under the same name.
+        return shardio.result_table(rows, self.embedder.identity)
 
     def _prepare(self, rel: str) -> tuple[str | None, np.ndarray | None, Any, str | None]:
         """(content hash, preprocessed pixels, meta, error reason) — the local pipeline's steps."""
@@ -189,15 +191,19 @@ def run_cluster_index(
         yield Progress("done", message="cancelled during scan", extra={"summary": summary})
         return
 
-    have = shardio.existing_files(out, str(root), model)
+    from engine.models.registry import installed_identity
+
+    # Shards, listings and the run manifest are keyed by the model identity, not its name.
+    identity = installed_identity(model, paths).image
+    have = shardio.existing_files(out, str(root), identity)
     pending = [e for e in entries if (e.rel_path, e.size, e.mtime_ns) not in have]
     summary.already_in_shards = len(entries) - len(pending)
-    shardio.write_listing(out, run_id, str(root), model, ((e.rel_path, e.size, e.mtime_ns) for e in entries))
-    manifest = shardio.RunManifest(run_id=run_id, source_root=str(root), model_id=model, files=len(entries),
+    shardio.write_listing(out, run_id, str(root), identity, ((e.rel_path, e.size, e.mtime_ns) for e in entries))
+    manifest = shardio.RunManifest(run_id=run_id, source_root=str(root), model_id=identity, files=len(entries),
                                    pending=len(pending), started_at=time.time(), skipped=summary.skipped)
     manifest.save(out)
 
-    writer = shardio.ShardWriter(out, str(root), model, run_id, options.rows_per_shard)
+    writer = shardio.ShardWriter(out, str(root), identity, run_id, options.rows_per_shard)
     started_ray = False
     received: set[str] = set()  # a retried block must not count twice
     meter = RateMeter(len(pending))

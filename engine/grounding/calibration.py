@@ -155,9 +155,20 @@ def calibration_key(embedder: Any) -> str:
     head's logit is a support feature, so a retrained head needs its own calibration."""
     model_dir = model_dir_of(embedder)
     key = f"{getattr(embedder, 'text_model_id', '?')}@{weights_sha256(model_dir)}"
+    tower_dir = getattr(embedder, "text_tower_dir", None)
+    if tower_dir is not None:
+        # The tower's name alone would let a retrained tower of the same name reuse a calibration.
+        key += f"+tower@{_tower_weights_sha256(Path(tower_dir))}"
     if model_dir is not None and (model_dir / MATCHER_WEIGHTS).is_file():
         key += f"+matcher@{weights_sha256(model_dir, MATCHER_WEIGHTS)}"
     return key
+
+
+def _tower_weights_sha256(tower_dir: Path) -> str:
+    from engine.fileutil import sha256_file
+
+    weights = sorted(tower_dir.glob("*.safetensors"))
+    return sha256_file(weights[0]) if weights else ""
 
 
 @dataclass

@@ -55,7 +55,7 @@ def content_hash(path: Path, *, follow_symlinks: bool = True, cancel: CancelToke
 @dataclass
 class IndexSummary:
     root: str
-    model_id: str
+    model_id: str  # the model's name, as the user knows it
     library_id: int | None = None
     offline: bool = False
     cancelled: bool = False
@@ -67,6 +67,12 @@ class IndexSummary:
     deleted: int = 0
     embedded: int = 0  # images that went through the model
     reused: int = 0  # identical content already embedded: vector copied, no inference
+    model_identity: str = ""  # what computed the vectors (engine.models.registry.model_identity)
+    # Images whose vectors were made by another identity of the same model name (it was replaced):
+    # re-embedded in this run, counted in `changed` or `embedded` too; the old vectors are dropped
+    # at the end of a complete run and were never served.
+    reembedded: int = 0
+    stale_vectors_dropped: int = 0
     unreadable: list[dict[str, str]] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     index_notes: list[str] = field(default_factory=list)
@@ -80,6 +86,9 @@ class IndexSummary:
 class _Candidate:
     entry: FileEntry
     previous: ImageRecord | None  # the row currently at this path, if any
+    # False when the previous row has no vector of this model identity, so even unchanged content
+    # must go through the model (or reuse an identical file's vector of this identity).
+    has_vector: bool = True
 
 
 @dataclass
@@ -150,8 +159,8 @@ class Indexer:
         cancel = cancel or CancelToken()
         t0 = time.monotonic()
         root = Path(root).expanduser().resolve()
-        model_id = self.embedder.model_id
-        summary = IndexSummary(root=str(root), model_id=model_id)
+        model_id = self.embedder.identity
+        summary = IndexSummary(root=str(root), model_id=self.embedder.model_id, model_identity=model_id)
 
         lib = self.catalog.library_by_root(root)
         if not root.is_dir():
@@ -235,6 +244,7 @@ class Indexer:
         # 4. sweep: only after a complete scan and pass
         if not summary.cancelled:
             self._sweep(lib.id, index, vanished, claimed, summary)
+            self._drop_stale_identities(lib.id, summary)
         self.store.save(lib.id, model_id)
         summary.elapsed_s = time.monotonic() - t0
         msg = "cancelled; committed batches are kept" if summary.cancelled else "indexing complete"
@@ -258,8 +268,8 @@ class Indexer:
         cancel = cancel or CancelToken()
         t0 = time.monotonic()
         root = Path(root).expanduser().resolve()
-        model_id = self.embedder.model_id
-        summary = IndexSummary(root=str(root), model_id=model_id)
+        model_id = self.embedder.identity
+        summary = IndexSummary(root=str(root), model_id=self.embedder.model_id, model_identity=model_id)
         lib = self.catalog.library_by_root(root) or self.catalog.add_library(root)
         summary.library_id = lib.id
         by_path = {r.entry.rel_path: r for r in results}
@@ -288,6 +298,7 @@ class Indexer:
             yield meter.progress("merge", done, f"{done}/{len(candidates)} files")
         if complete and not summary.cancelled:
             self._sweep(lib.id, index, vanished, claimed, summary)
+            self._drop_stale_identities(lib.id, summary)
         self.store.save(lib.id, model_id)
         summary.elapsed_s = time.monotonic() - t0
         msg = "cancelled; committed batches are kept" if summary.cancelled else "merge complete"
@@ -298,7 +309,7 @@ class Indexer:
         self, library_id: int, entries: Sequence[FileEntry], summary: IndexSummary
     ) -> tuple[list[_Candidate], list[ImageRecord], dict[str, ImageRecord]]:
         """(files needing work, rows whose file vanished, vanished embedded rows by content hash)."""
-        model_id = self.embedder.model_id
+        model_id = self.embedder.identity
         records = self.catalog.image_records(library_id)
         by_path = {r.rel_path: r for r in records}
         embedded = self.catalog.embedded_ids(library_id, model_id)
@@ -312,7 +323,8 @@ class Indexer:
             elif rec.size != e.size or rec.mtime_ns != e.mtime_ns:
                 candidates.append(_Candidate(e, rec))
             elif rec.status == STATUS_OK and rec.id not in embedded:
-                candidates.append(_Candidate(e, rec))  # indexed before with another model
+                # Indexed before with another model, or another identity of this one: re-embedded.
+                candidates.append(_Candidate(e, rec, has_vector=False))
             else:
                 summary.unchanged += 1
         vanished = [r for r in records if r.rel_path not in seen and r.status != STATUS_DELETED]
@@ -327,10 +339,26 @@ class Indexer:
         """Soft-delete vanished rows no moved file took over; only after a complete scan and pass."""
         gone = [r.id for r in vanished if r.id not in claimed]
         if gone:
-            self.catalog.write_batch(self.embedder.model_id, [], deleted_ids=gone)
+            self.catalog.write_batch(self.embedder.identity, [], deleted_ids=gone)
             index.delete(np.asarray(gone, dtype=np.int64))
             summary.deleted = len(gone)
         self.catalog.set_library_status(library_id, LIBRARY_ONLINE, scanned=True)
+
+    def _drop_stale_identities(self, library_id: int, summary: IndexSummary) -> None:
+        """After a complete pass every live image has a vector of the current identity: drop this
+        library's vectors of other identities of the same model name, and their index files."""
+        from engine.index.store import index_path
+        from engine.models.registry import identity_name
+
+        current = self.embedder.identity
+        name = identity_name(current)
+        stale = [k for k in self.catalog.model_ids() if k != current and identity_name(k) == name]
+        if stale:
+            summary.stale_vectors_dropped = self.catalog.delete_vectors(library_id, stale)
+            for key in stale:
+                index_path(self.store.dir, library_id, key).unlink(missing_ok=True)
+        if summary.reembedded or summary.stale_vectors_dropped:
+            summary.index_notes.append(_stale_identity_note(summary))
 
     def _embed(self, batch: list[_Prepared], cancel: CancelToken) -> bool:
         """Run the model on the batch in the model thread, polling the cancel token meanwhile;
@@ -370,7 +398,7 @@ class Indexer:
             p.error = open_error(exc, c.entry.abs_path).reason
             return p
         prev = c.previous
-        if prev is not None and prev.status == STATUS_OK and prev.content_hash == p.content_hash:
+        if prev is not None and prev.status == STATUS_OK and prev.content_hash == p.content_hash and c.has_vector:
             return p  # only the mtime changed
         if p.content_hash in movable or p.content_hash in known_hashes:
             return p  # a move or a copy: the vector exists already
@@ -392,7 +420,7 @@ class Indexer:
         claimed: set[int],
         summary: IndexSummary,
     ) -> None:
-        model_id = self.embedder.model_id
+        model_id = self.embedder.identity
         writes: list[ImageWrite] = []
         vectors: list[np.ndarray | None] = []
         touches: list[tuple[int, int, int]] = []
@@ -410,11 +438,13 @@ class Indexer:
                 if prev is not None:
                     removed_from_index.append(prev.id)
                 continue
-            if prev is not None and prev.status == STATUS_OK and prev.content_hash == p.content_hash \
-                    and not p.needs_model:
+            same_content = prev is not None and prev.status == STATUS_OK and prev.content_hash == p.content_hash
+            if same_content and not p.needs_model and p.candidate.has_vector:
                 touches.append((prev.id, e.size, e.mtime_ns))
                 summary.unchanged += 1
                 continue
+            if same_content and not p.candidate.has_vector:
+                summary.reembedded += 1
             if p.needs_model:
                 writes.append(ImageWrite(**base, status=STATUS_OK, **_meta_fields(p.meta),
                                          image_id=prev.id if prev else None, vector=p.vector))
@@ -485,6 +515,11 @@ def _results_unless_cancelled(futures: Sequence[Future[_Prepared]], cancel: Canc
         return [f.result() for f in futures]
     except JobCancelled:
         return None
+
+
+def _stale_identity_note(summary: IndexSummary) -> str:
+    return (f"{summary.reembedded} images re-embedded: their vectors were made by another version of model "
+            f"{summary.model_id!r} (its files changed since); {summary.stale_vectors_dropped} old vectors dropped")
 
 
 def _meta_fields(m: ImageMeta | ImageRecord) -> dict:

@@ -17,10 +17,16 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class Embedder(Protocol):
-    #: Identifies the image-embedding space; stored next to every vector in the catalog.
+    #: The model's name as the user knows it (shown in every report; never a storage key).
     model_id: str
-    #: Identifies the text tower (differs from model_id when a paragraph-trained override is loaded).
+    #: Display name of the text tower (differs from model_id when a paragraph-trained override is loaded).
     text_model_id: str
+    #: What computed the image vectors ("NAME@<hash of weights and configs>", see
+    #: engine.models.registry.model_identity): stored next to every vector in the catalog and naming
+    #: the ANN index, so a replaced model never serves vectors of its predecessor.
+    identity: str
+    #: The same for the text side (includes tokenizer and any text tower): keys text-side derived data.
+    text_identity: str
     dim: int
     image_size: int
     #: Hard limit of the text tower's position embeddings.

@@ -167,7 +167,11 @@ class BlipEmbedder:
         model_id: str | None = None,
         default_text_tokens: int = 128,
         compute: str = "exact",
+        identity: str | None = None,
+        text_identity: str | None = None,
     ) -> None:
+        """`identity`/`text_identity`: what keys this model's vectors (the registry computes them
+        from the manifest); a folder loaded directly, without a manifest, is keyed by its model_id."""
         from transformers import BertTokenizerFast, BlipConfig
 
         if compute not in COMPUTE_MODES:
@@ -216,8 +220,12 @@ class BlipEmbedder:
         self.query_threads: int | None = 1 if compute == "fast" and self.device == "cpu" else None
 
         self._load_image_settings()
+        self.text_tower_dir: Path | None = None
         if text_tower_dir is not None:
             self._load_text_tower(Path(text_tower_dir))
+            self.text_tower_dir = Path(text_tower_dir)
+        self.identity = identity or self.model_id
+        self.text_identity = text_identity or self.text_model_id
 
     # ----------------------------------------------------------------- loading
 
@@ -241,8 +249,12 @@ class BlipEmbedder:
         from transformers import BlipForImageTextRetrieval
         from transformers.utils import logging as hf_logging
 
+        from engine.models.blip_shapes import check_blip_config_fits_weights
+
         # Our callers draw their own progress; transformers' per-load bars would clutter the CLI.
         hf_logging.disable_progress_bar()
+        # Before anything is allocated: a config its weights do not fit could ask for any amount.
+        check_blip_config_fits_weights(self.checkpoint_dir, config)
 
         try:
             model, info = BlipForImageTextRetrieval.from_pretrained(

@@ -264,6 +264,22 @@ def save_model(model: SceneWorldMini, out_dir: Path, extra: dict | None = None, 
     return out_dir
 
 
+def _check_config_fits_weights(cfg: MiniConfig, weights: Path) -> None:
+    """The config's sizes decide what building the model allocates: check them against the
+    safetensors header (shapes only) on the meta device first (engine.models.blip_shapes)."""
+    from engine.models.blip_shapes import check_layer_counts, check_meta_model_fits, safetensors_shapes
+
+    shapes = safetensors_shapes(weights.parent, [weights.name])
+    check_layer_counts({"stem_blocks": cfg.stem_blocks, "vision_layers": cfg.vision_layers,
+                        "text_layers": cfg.text_layers}, shapes, f"{weights.parent / CONFIG_FILE}")
+    try:
+        with torch.device("meta"):
+            model = SceneWorldMini(cfg)
+    except Exception as exc:  # inconsistent numbers (e.g. heads not dividing the width)
+        raise ModelIntegrityError(f"{weights.parent / CONFIG_FILE} does not describe a buildable model: {exc}") from exc
+    check_meta_model_fits(model, shapes, str(weights.parent / CONFIG_FILE))
+
+
 def load_model(model_dir: Path, device: str = "cpu") -> SceneWorldMini:
     from safetensors.torch import load_file
 
@@ -276,6 +292,7 @@ def load_model(model_dir: Path, device: str = "cpu") -> SceneWorldMini:
     except ValueError as exc:
         raise ModelIntegrityError(f"{cfg_path}: not valid JSON ({exc})") from exc
     cfg = MiniConfig.from_dict(meta["config"])
+    _check_config_fits_weights(cfg, weights)
     model = SceneWorldMini(cfg)
     state = load_file(str(weights))
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
@@ -336,7 +353,10 @@ class SceneWorldMiniEmbedder:
         device: str = "auto",
         text_tower_dir: Path | None = None,
         model_id: str = "sceneworld-mini",
+        identity: str | None = None,
+        text_identity: str | None = None,
     ) -> None:
+        """`identity`/`text_identity`: see engine.models.base.Embedder (default: model_id)."""
         from engine.models.blip import resolve_device
 
         self.device = resolve_device(device)
@@ -346,9 +366,13 @@ class SceneWorldMiniEmbedder:
         self.tokenizer = build_tokenizer()
         self.model_id = model_id
         self.text_model_id = model_id
+        self.text_tower_dir: Path | None = None
         if text_tower_dir is not None:
             name = load_text_tower(self.model, text_tower_dir)
             self.text_model_id = f"{model_id}+{name}"
+            self.text_tower_dir = Path(text_tower_dir)
+        self.identity = identity or model_id
+        self.text_identity = text_identity or self.text_model_id
         self.dim = self.cfg.embed_dim
         self.image_size = self.cfg.image_size
         self.max_text_tokens = self.cfg.max_positions

@@ -10,7 +10,9 @@ This is the only module in Longlens that talks to a model hub. Rules it enforces
   `torch.load(weights_only=True)`, converted to model.safetensors and not kept. Imports refuse
   pickles outright. Nothing is ever loaded with trust_remote_code.
 * Installs are atomic: files are assembled in a dot-prefixed staging folder inside paths.models,
-  checked, given their manifest, and only then renamed to their final name.
+  checked, given their manifest, verified, and only then renamed to their final name; a replaced
+  model stays installed until then, and a killed install is repaired at the next start
+  (engine.models.install_state).
 
 Why not `hf_hub_download`: in huggingface_hub 2.x it downloads into a process-unique
 `*.incomplete` file and deletes it on failure (huggingface_hub PR #4228), so an interrupted
@@ -29,7 +31,6 @@ import re
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ from typing import Any
 from engine.config import Paths
 from engine.errors import JobCancelled, ModelError, ModelIntegrityError, OfflineError
 from engine.jobs import CancelToken, Progress
+from engine.models.install_state import Staging, pause_point, recover_models_folder, swap_in
 from engine.models.registry import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -82,7 +84,6 @@ _SHARD_RE = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
 TEXT_TOWER_DIR = "text_tower"
 _TEXT_TOWER_NAMES = frozenset({"text_tower.safetensors", "text_tower.json"})
 
-_STALE_AFTER_S = 24 * 3600
 _COPY_CHUNK = 4 * 1024 * 1024
 
 
@@ -99,49 +100,23 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _cleanup_stale(paths: Paths) -> None:
-    """Remove staging/trash folders left behind by a crash (older than a day, so never a live one)."""
-    if not paths.models.is_dir():
-        return
-    cutoff = time.time() - _STALE_AFTER_S
-    for d in paths.models.iterdir():
-        if d.name.startswith((".staging-", ".trash-")) and d.is_dir():
-            try:
-                if d.stat().st_mtime < cutoff:
-                    shutil.rmtree(d, ignore_errors=True)
-            except OSError:
-                pass
+def _new_staging(paths: Paths, name: str) -> Staging:
+    # Every install start first repairs what killed installs left (engine.models.install_state).
+    recover_models_folder(paths)
+    return Staging(paths, name)
 
 
-def _new_staging(paths: Paths, name: str) -> Path:
-    paths.models.mkdir(parents=True, exist_ok=True)
-    _cleanup_stale(paths)
-    d = paths.models / f".staging-{name}-{uuid.uuid4().hex[:12]}"
-    d.mkdir()
-    return d
+def _verify_staged(staging: Path, name: str) -> None:
+    """The staged folder must verify against its own manifest before it may replace anything."""
+    report = verify_dir(staging, name)
+    if not report.ok:
+        raise ModelIntegrityError(f"the staged copy did not verify, nothing was installed: {report.summary()}")
 
 
 def _write_manifest(staging: Path, manifest: dict[str, Any]) -> None:
     tmp = staging / (MANIFEST_NAME + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, staging / MANIFEST_NAME)
-
-
-def _commit(staging: Path, final: Path, *, replace: bool) -> None:
-    """Rename the staged folder to its final name; the old one, if replaced, goes away after."""
-    if final.exists() or final.is_symlink():
-        if not replace:
-            raise ModelError(f"{final} already exists; pass replace to overwrite it")
-        trash = final.with_name(f".trash-{final.name}-{uuid.uuid4().hex[:12]}")
-        os.replace(final, trash)
-        try:
-            os.replace(staging, final)
-        except BaseException:
-            os.replace(trash, final)  # put the old model back rather than leave nothing
-            raise
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(staging, final)
 
 
 def _manifest(
@@ -210,6 +185,12 @@ def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
             raise ModelIntegrityError(f"{rel} is not a valid safetensors file: {e}") from None
         if not keys:
             raise ModelIntegrityError(f"{rel} contains no tensors")
+    if backend == "blip":
+        from engine.models.blip_shapes import check_blip_config_fits_weights
+
+        # The config's sizes decide what loading allocates: refuse them now, not at first search.
+        main = [w for w in weights if not w.startswith(TEXT_TOWER_DIR + "/")]
+        check_blip_config_fits_weights(folder, weight_files=main)
 
 
 # --- import ----------------------------------------------------------------------------------
@@ -282,6 +263,7 @@ def import_model(
         )
 
     final = paths.models / name
+    recover_models_folder(paths)  # a model a killed replace left aside is back before we look
     if (final.exists() or final.is_symlink()) and not replace:
         raise ModelError(f"a model named {name!r} already exists at {final}; use --replace to overwrite it")
 
@@ -334,12 +316,14 @@ def import_model(
         raise ModelError(f"{src} has no config.json; is this a Hugging Face model folder?")
     weights = _weights_of(names, src)
 
-    staging = _new_staging(paths, name)
+    stage = _new_staging(paths, name)
+    staging = stage.dir
     try:
         files: dict[str, dict[str, Any]] = {}
         for rel, p in selected:
             digest, size = _copy_hashing(p, staging.joinpath(*rel.split("/")))
             files[rel] = {"sha256": digest, "size": size}
+        pause_point("copied")
         _validate_hf_folder(staging, backend, weights + _tower_weights(names))
         _write_manifest(
             staging,
@@ -353,10 +337,11 @@ def import_model(
                 imported_from=str(src),
             ),
         )
-        _commit(staging, final, replace=replace)
+        _verify_staged(staging, name)
+        pause_point("verified")
+        swap_in(staging, final, paths, replace=replace)
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        stage.close()
     return final
 
 
@@ -560,7 +545,8 @@ def pull_model(
 
     # 3. Assemble the install in a staging folder, convert pickles, then swap it into place.
     _check_cancel(cancel)
-    staging = _new_staging(paths, name)
+    stage = _new_staging(paths, name)
+    staging = stage.dir
     try:
         files: dict[str, dict[str, Any]] = {}
         converted: dict[str, dict[str, Any]] = {}
@@ -598,12 +584,12 @@ def pull_model(
             ),
         )
         final = paths.models / name
+        _verify_staged(staging, name)
         # Replacing is safe here: the folder is either absent, not a model (no manifest) or failed
         # verification above, and the user asked for this model to be installed.
-        _commit(staging, final, replace=True)
+        swap_in(staging, final, paths, replace=True)
     finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        stage.close()
 
     # The install holds its own links/copies; the cached downloads are no longer needed.
     shutil.rmtree(cache_dir, ignore_errors=True)

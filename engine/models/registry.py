@@ -320,6 +320,72 @@ def installed_model_dir(name: str, paths: Paths) -> Path | None:
     return d if (d / MANIFEST_NAME).is_file() else None
 
 
+# --- Identity ---------------------------------------------------------------------------------
+#
+# Vectors, indexes and shards must be keyed by what computed them, never by the folder name: a model
+# re-imported under the same name with other weights would otherwise serve the old vectors.
+# Only image-side files decide an image vector: top-level weights and configs. Tokenizer files and
+# text towers (a model's own text_tower/, or an override) change only text vectors, so they are in
+# the text identity alone, and replacing a text tower never re-embeds a library.
+
+_TEXT_SIDE_FILES = frozenset(
+    {"vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+     "generation_config.json"}
+)
+_DOC_PREFIXES = ("README", "LICENSE")
+IDENTITY_SEPARATOR = "@"
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What computed a model's vectors, as 'NAME@<16 hex>' strings (names never contain '@')."""
+
+    name: str
+    image: str  # keys image vectors in the catalog, ANN index files and cluster shards
+    text: str  # keys text-side derived data (text caches, calibrations); includes any text tower
+
+
+def _is_image_side(rel: str) -> bool:
+    return "/" not in rel and rel not in _TEXT_SIDE_FILES and not rel.startswith(_DOC_PREFIXES)
+
+
+def _digest(parts: Mapping[str, str]) -> str:
+    import hashlib
+
+    blob = json.dumps(sorted(parts.items()), separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def model_identity(name: str, manifest: Mapping[str, Any], text_tower_dir: Path | None = None) -> ModelIdentity:
+    """The identity of an installed model from its manifest's file hashes (nothing is re-hashed but
+    an override text tower, which has no manifest)."""
+    files: Mapping[str, Mapping[str, Any]] = manifest["files"]
+    backend = str(manifest.get("backend"))
+    image_parts = {rel: e["sha256"] for rel, e in files.items() if _is_image_side(rel)}
+    image = f"{name}{IDENTITY_SEPARATOR}{_digest({'backend': backend, **image_parts})}"
+    text_parts = {rel: e["sha256"] for rel, e in files.items()}
+    if text_tower_dir is not None:
+        tower = Path(text_tower_dir)
+        for p in sorted(tower.iterdir()) if tower.is_dir() else ():
+            if p.is_file() and p.name not in IGNORED_JUNK:
+                text_parts[f"override-tower/{p.name}"] = sha256_file(p)
+    text = f"{name}{IDENTITY_SEPARATOR}{_digest({'backend': backend, **text_parts})}"
+    return ModelIdentity(name, image, text)
+
+
+def installed_identity(name: str, paths: Paths) -> ModelIdentity:
+    """The identity of the model installed as `name` (its manifest is read, no file is hashed)."""
+    model_dir = installed_model_dir(name, paths)
+    if model_dir is None:
+        raise ModelNotInstalledError(f"model {name!r} is not installed. {how_to_get(name)}")
+    return model_identity(name, read_manifest(model_dir))
+
+
+def identity_name(identity: str) -> str:
+    """The model name an identity string belongs to (a key from before identities is a bare name)."""
+    return identity.split(IDENTITY_SEPARATOR, 1)[0]
+
+
 # --- Verification ----------------------------------------------------------------------------
 
 FileStatus = Literal["ok", "missing", "mismatch", "unexpected"]
@@ -438,6 +504,9 @@ class ModelStatus:
 
 def list_models(paths: Paths, *, verify: bool = False) -> list[ModelStatus]:
     """Registered models (installed or not), then models imported under other names."""
+    from engine.models.install_state import recover_models_folder
+
+    recover_models_folder(paths)  # an install killed last time: restore or clean up first
     out: list[ModelStatus] = []
     seen: set[str] = set()
     for spec in _REGISTRY.values():
@@ -526,6 +595,7 @@ def load_embedder(
                 f" or re-pull it (`longlens models pull {name}`)" if spec is not None and spec.repo_id else ""
             )
             raise ModelIntegrityError(f"{report.summary()}. The model files were changed or damaged; {fix}.")
+    identity = model_identity(name, manifest, text_tower_dir)
     backend = manifest["backend"]
     if backend == "blip":
         try:
@@ -537,12 +607,14 @@ def load_embedder(
             text_tower_dir = model_dir / "text_tower"
         # compute="fast": SDPA and, on CPUs with native bf16, bf16 towers (engine/models/blip.py).
         kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir, "model_id": name,
-                                  "compute": "fast"}
+                                  "compute": "fast", "identity": identity.image,
+                                  "text_identity": identity.text}
         if spec is not None:
             kwargs["default_text_tokens"] = spec.default_text_tokens
         return BlipEmbedder(model_dir, **kwargs)
     if backend == "sceneworld-mini":
         from engine.models.demo import SceneWorldMiniEmbedder
 
-        return SceneWorldMiniEmbedder(model_dir, device=device, text_tower_dir=text_tower_dir, model_id=name)
+        return SceneWorldMiniEmbedder(model_dir, device=device, text_tower_dir=text_tower_dir, model_id=name,
+                                      identity=identity.image, text_identity=identity.text)
     raise ModelError(f"model {name!r} uses the {backend!r} backend, which this build cannot load yet")

@@ -126,9 +126,13 @@ class Searcher:
     def search_vector(self, vec: np.ndarray, top_k: int, flt: ImageFilter | None = None) -> SearchResult:
         if top_k < 1:
             raise QueryError("--top must be at least 1")
-        model_id = self.embedder.model_id
+        # Only vectors of this exact model identity are searched: vectors of a replaced model with
+        # the same name live under another key and are never served.
+        identity = self.embedder.identity
         t0 = time.perf_counter()
         candidates: list[tuple[float, int, int]] = []  # (score, image id, library id)
+        stale_libraries: list[str] = []  # indexed only by another version of this model
+        from engine.models.registry import identity_name
         for lib in self.catalog.libraries():
             allowed = None
             if flt is not None and not flt.is_empty():
@@ -136,8 +140,11 @@ class Searcher:
                 if not ids:
                     continue
                 allowed = ids.__contains__
-            index = self.store.get(lib.id, model_id, self.embedder.dim)
+            index = self.store.get(lib.id, identity, self.embedder.dim)
             if len(index) == 0:
+                if any(k != identity and identity_name(k) == identity_name(identity)
+                       for k in self.catalog.vector_keys(lib.id)):
+                    stale_libraries.append(lib.root)
                 continue
             ids, scores = index.query(vec[None, :].astype(np.float32), top_k, allowed=allowed)[0]
             candidates.extend((float(s), int(i), lib.id) for i, s in zip(ids, scores, strict=True))
@@ -166,5 +173,11 @@ class Searcher:
                 )
             )
         t2 = time.perf_counter()
-        return SearchResult(hits=hits, model_id=model_id, timings_ms={"ann": (t1 - t0) * 1000,
-                                                                       "catalog": (t2 - t1) * 1000})
+        result = SearchResult(hits=hits, model_id=self.embedder.model_id,
+                              timings_ms={"ann": (t1 - t0) * 1000, "catalog": (t2 - t1) * 1000})
+        if stale_libraries:
+            result.notes.append(
+                f"not searched: {', '.join(stale_libraries)} (indexed with an earlier version of model "
+                f"{self.embedder.model_id!r}, whose files have changed since); index them again to search them"
+            )
+        return result

@@ -92,6 +92,7 @@ class EmbeddingCache:
         if meta.get("format") != CACHE_FORMAT or int(meta.get("version", 0)) > CACHE_VERSION:
             raise CacheError(f"{db_path} is not a Longlens embedding cache of a version this build reads")
         self.model_id = meta["model_id"]
+        self.identity = meta.get("identity", "")  # absent in caches made before model identities
         self.dim = int(meta["dim"])
         self.probe = np.asarray(json.loads(meta["probe"]), dtype=np.float32)
         self._vectors: np.ndarray | None = None
@@ -104,12 +105,19 @@ class EmbeddingCache:
         probe = probe_vector(embedder)
         if not (folder / INDEX_FILE).is_file():
             folder.mkdir(parents=True, exist_ok=True)
-            _create(folder, embedder.model_id, int(embedder.dim), probe)
+            _create(folder, embedder.model_id, int(embedder.dim), probe, embedder.identity)
         cache = cls(folder)
-        cache.check_compatible(embedder.model_id, probe)
+        cache.check_compatible(embedder.model_id, probe, embedder.identity)
         return cache
 
-    def check_compatible(self, model_id: str, probe: np.ndarray) -> None:
+    def check_compatible(self, model_id: str, probe: np.ndarray, identity: str = "") -> None:
+        if _from_manifest(self.identity) and _from_manifest(identity) and self.identity != identity:
+            # Both made from installed models' files: a different identity is another vision tower
+            # even when the probe image happens to embed alike (a light fine-tune).
+            raise CacheError(
+                f"the embedding cache {self.folder} was made with {self.identity}, not with the installed "
+                f"{model_id} ({identity}): its files changed since. Use another --cache folder."
+            )
         cos = float(np.dot(self.probe, probe) / max(np.linalg.norm(self.probe) * np.linalg.norm(probe), 1e-12))
         if probe.shape != self.probe.shape or cos < PROBE_MIN_COSINE:
             raise CacheError(
@@ -196,7 +204,12 @@ def _safe_sha256(path: str) -> str | None:
         return None
 
 
-def _create(folder: Path, model_id: str, dim: int, probe: np.ndarray) -> None:
+def _from_manifest(identity: str) -> bool:
+    """Identities computed from a manifest look like NAME@hash; a bare folder's is just its name."""
+    return "@" in identity
+
+
+def _create(folder: Path, model_id: str, dim: int, probe: np.ndarray, identity: str = "") -> None:
     arr = np.lib.format.open_memmap(folder / EMBEDDINGS_FILE, mode="w+", dtype=np.float32, shape=(0, dim))
     del arr
     tmp = folder / (INDEX_FILE + ".tmp")
@@ -206,7 +219,7 @@ def _create(folder: Path, model_id: str, dim: int, probe: np.ndarray) -> None:
         db.executescript(_SCHEMA)
         db.executemany("INSERT INTO meta VALUES (?, ?)", [
             ("format", CACHE_FORMAT), ("version", str(CACHE_VERSION)), ("model_id", model_id),
-            ("dim", str(dim)), ("probe", json.dumps([float(x) for x in probe])), ("count", "0"),
+            ("identity", identity), ("dim", str(dim)), ("probe", json.dumps([float(x) for x in probe])), ("count", "0"),
         ])
     db.close()
     # The index appears under its final name only when complete: a folder with an index is a cache.

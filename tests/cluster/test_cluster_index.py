@@ -20,6 +20,7 @@ from engine.cluster import shards as shardio  # noqa: E402
 from engine.cluster.importer import import_shards  # noqa: E402
 from engine.cluster.job import ClusterOptions, run_cluster_index  # noqa: E402
 from engine.jobs import CancelToken, run_to_end  # noqa: E402
+from engine.models.registry import identity_name  # noqa: E402
 from engine.services import Services  # noqa: E402
 
 from .conftest import MODEL, N_PHOTOS, assert_same_catalog, assert_same_results, rankings  # noqa: E402
@@ -72,7 +73,7 @@ def test_cluster_index_and_import_equal_single_process(photos, single_process_ho
     assert sorted(r["rel_path"] for r in rows) == sorted(
         p.relative_to(photos).as_posix() for p in photos.rglob("*") if p.is_file())
     ok = [r for r in rows if r["status"] == "ok"]
-    assert len(ok) == N_PHOTOS and all(r["model_id"] == MODEL and len(r["vector"]) == len(ok[0]["vector"]) for r in ok)
+    assert len(ok) == N_PHOTOS and all(identity_name(r["model_id"]) == MODEL and len(r["vector"]) == len(ok[0]["vector"]) for r in ok)
     assert all(len(r["content_hash"]) == 64 and r["width"] and r["height"] for r in ok)
 
     imp = _import(cluster_home, out, photos)

@@ -65,14 +65,16 @@ def kill_during_indexing(home: Path, photos: Path, rng: random.Random) -> dict[s
 
 def check_consistent(home: Path, photos: Path) -> None:
     from engine.config import get_paths
+    from engine.models.registry import installed_identity
 
     paths = get_paths(home)
     with Catalog(paths.catalog) as cat:
         assert cat.integrity_check() == "ok"
         assert cat.duplicate_paths() == 0
         lib = cat.libraries()[0]
-        ids = cat.embedded_ids(lib.id, TINY_MODEL)
-        idx = VectorIndex.load(index_path(paths.indexes, lib.id, TINY_MODEL), dim=cat.vectors_for([next(iter(ids))], TINY_MODEL).shape[1])
+        key = installed_identity(TINY_MODEL, paths).image  # vectors are stored under the model identity
+        ids = cat.embedded_ids(lib.id, key)
+        idx = VectorIndex.load(index_path(paths.indexes, lib.id, key), dim=cat.vectors_for([next(iter(ids))], key).shape[1])
         assert set(idx.ids().tolist()) == ids
         n_files = sum(1 for p in photos.rglob("*") if p.is_file())
         assert len(cat.image_records(lib.id)) == n_files

@@ -26,7 +26,7 @@ def brute_force_ranking(paths, text: str, max_tokens: int | None = None) -> list
     with Catalog(paths.catalog) as cat:
         out = []
         for lib in cat.libraries():
-            ids, vecs = cat.all_vectors(lib.id, TINY_MODEL)
+            ids, vecs = cat.all_vectors(lib.id, emb.identity)
             recs = cat.images_by_id(ids.tolist())
             for i, v in zip(ids.tolist(), vecs, strict=True):
                 out.append((float(v @ q), i, str(Path(lib.root) / recs[i].rel_path)))

@@ -304,6 +304,8 @@ def test_load_embedder_passes_install_to_backend(
     monkeypatch.setitem(sys.modules, "engine.models.blip", stub)
     installed = import_model(hf_folder, "blip-itm-base-coco", paths)
     load_embedder("blip-itm-base-coco", paths, device="cpu")
+    from engine.models.registry import installed_identity
+
     ((where, kwargs),) = calls
     assert where == installed
     assert kwargs == {
@@ -312,7 +314,11 @@ def test_load_embedder_passes_install_to_backend(
         "model_id": "blip-itm-base-coco",
         "compute": "fast",  # the CPU/GPU fast path is what users get (engine/models/blip.py)
         "default_text_tokens": 128,
+        # What keys its vectors: the manifest's hashes (issue 16 item 2), not the name.
+        "identity": installed_identity("blip-itm-base-coco", paths).image,
+        "text_identity": installed_identity("blip-itm-base-coco", paths).text,
     }
+    assert str(kwargs["identity"]).startswith("blip-itm-base-coco@")
 
 
 @pytest.mark.skipif(not (HAVE_BLIP and HAVE_CHECKPOINTS), reason="engine.models.blip not available yet")

@@ -61,11 +61,11 @@ def test_cancel_keeps_committed_batches_and_resumes(services, tmp_path):
             s = report.extra["summary"]
     assert s.cancelled and done_before_cancel == 8
     lib = services.catalog.libraries()[0]
-    assert len(services.catalog.embedded_ids(lib.id, MODEL)) == 8
+    assert len(services.catalog.embedded_ids(lib.id, emb.identity)) == 8
     assert s.deleted == 0  # no sweep after an incomplete pass
     _, s2 = _summary(services.indexer(emb, batch_size=4).run(photos))
     assert s2.new == 16 and s2.unchanged == 8 and not s2.cancelled
-    assert len(services.catalog.embedded_ids(lib.id, MODEL)) == 24
+    assert len(services.catalog.embedded_ids(lib.id, emb.identity)) == 24
 
 
 def test_copies_reuse_vectors_without_inference(services, tmp_path):
@@ -82,7 +82,7 @@ def test_copies_reuse_vectors_without_inference(services, tmp_path):
     recs = {r.rel_path: r for r in services.catalog.image_records(lib.id)}
     for f in files[:3]:
         a, b = recs[f.relative_to(photos).as_posix()], recs[f"copies/{f.name}"]
-        np.testing.assert_array_equal(*services.catalog.vectors_for([a.id, b.id], MODEL))
+        np.testing.assert_array_equal(*services.catalog.vectors_for([a.id, b.id], emb.identity))
         assert (a.width, a.height, a.exif_date) == (b.width, b.height, b.exif_date)
 
 
@@ -94,7 +94,7 @@ def test_hnsw_mode_search_matches_exact(services, tmp_path):
     _summary(services.indexer(emb).run(photos))
     exact = services.searcher(emb).search_text("a red square above a blue circle", top_k=10)
     hnsw_store = IndexStore(services.paths.indexes / "hnsw", services.catalog, exact_threshold=0)
-    idx = hnsw_store.get(services.catalog.libraries()[0].id, MODEL, emb.dim)
+    idx = hnsw_store.get(services.catalog.libraries()[0].id, emb.identity, emb.dim)
     assert idx.mode == "hnsw"
     from engine.search.searcher import Searcher
 
@@ -145,4 +145,4 @@ def test_cancel_takes_effect_within_a_second_even_mid_batch(services, tmp_path):
     assert finished - cancelled_at[0] < 1.0
     # The interrupted batch was dropped whole: nothing half-committed.
     lib = services.catalog.libraries()[0]
-    assert len(services.catalog.embedded_ids(lib.id, MODEL)) in (0, 32)
+    assert len(services.catalog.embedded_ids(lib.id, emb.identity)) in (0, 32)

@@ -80,13 +80,12 @@ def _read_only(catalog: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{catalog.as_uri()}?mode=ro", uri=True, timeout=30)
 
 
-def embedding_key(con: sqlite3.Connection) -> str:
-    """The key the catalog stores MODEL's vectors under (the model's identity, not only its name);
-    the harness installs one model, so there is at most one."""
-    keys = [r[0] for r in con.execute("SELECT DISTINCT model_id FROM embeddings LIMIT 2")]
-    if len(keys) > 1:
-        raise AssertionError(f"vectors under more than one model key: {keys}")
-    return keys[0] if keys else MODEL
+def model_key(home: Path) -> str:
+    """The key MODEL's vectors are stored under: its identity (NAME@hash of its files), not its name."""
+    from engine.config import get_paths
+    from engine.models.registry import installed_identity
+
+    return installed_identity(MODEL, get_paths(str(home))).image
 
 
 def committed_rows(catalog: Path) -> dict[str, tuple[int, bytes | None]]:
@@ -98,7 +97,7 @@ def committed_rows(catalog: Path) -> dict[str, tuple[int, bytes | None]]:
         rows = con.execute(
             "SELECT i.rel_path, i.id, e.vector FROM images i "
             "LEFT JOIN embeddings e ON e.image_id = i.id AND e.model_id = ?",
-            (embedding_key(con),),
+            (model_key(catalog.parents[1]),),
         ).fetchall()
     except sqlite3.OperationalError:
         return {}  # schema not created yet
@@ -200,12 +199,8 @@ def check_consistency(home: Path, photos: Path, before_kill: dict[str, tuple[int
         if n_rows != len(files):
             report.duplicate_rows += abs(n_rows - len(files))
             report.problems.append(f"iteration {it}: {n_rows} live rows for {len(files)} files")
-        con = _read_only(paths.catalog)
-        try:
-            key = embedding_key(con)
-        finally:
-            con.close()
         lib = cat.libraries()[0]
+        key = model_key(home)
         truth = cat.embedded_ids(lib.id, key)
         dim = cat.vectors_for([next(iter(truth))], key).shape[1]
         try:
@@ -454,9 +449,9 @@ def check_disk_agreement(home: Path, photos: Path, report: MutatorReport, it: in
     paths = get_paths(str(home))
     on_disk = {p.relative_to(photos).as_posix(): p for p in photos.rglob("*")
                if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in SUPPORTED_EXTENSIONS}
+    key = model_key(home)
     con = _read_only(paths.catalog)
     try:
-        key = embedding_key(con)
         rows = con.execute(
             "SELECT i.rel_path, i.id, i.size, i.mtime_ns, i.content_hash, i.status, e.image_id IS NOT NULL "
             "FROM images i LEFT JOIN embeddings e ON e.image_id = i.id AND e.model_id = ? "

@@ -35,27 +35,35 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra}
 
 
+def model_key(home: Path) -> str:
+    """The key the tiny model's vectors are stored under (its identity, not its name)."""
+    from engine.models.registry import installed_identity
+
+    return installed_identity(TINY_MODEL, get_paths(str(home))).image
+
+
 def rows(home: Path) -> dict[str, tuple[int, str, bytes | None]]:
     """rel_path -> (id, status, vector) straight from the catalog file."""
     con = sqlite3.connect(f"file:{home / 'data' / 'catalog.sqlite3'}?mode=ro", uri=True)
     try:
         return {p: (i, s, v) for p, i, s, v in con.execute(
             "SELECT i.rel_path, i.id, i.status, e.vector FROM images i "
-            "LEFT JOIN embeddings e ON e.image_id = i.id AND e.model_id = ?", (TINY_MODEL,))}
+            "LEFT JOIN embeddings e ON e.image_id = i.id AND e.model_id = ?", (model_key(home),))}
     finally:
         con.close()
 
 
 def assert_catalog_and_index_agree(home: Path) -> None:
     paths = get_paths(str(home))
+    key = model_key(home)
     with Catalog(paths.catalog) as cat:
         assert cat.integrity_check() == "ok"
         for lib in cat.libraries():
-            truth = cat.embedded_ids(lib.id, TINY_MODEL)
+            truth = cat.embedded_ids(lib.id, key)
             if not truth:
                 continue
-            dim = cat.vectors_for([min(truth)], TINY_MODEL).shape[1]
-            idx = VectorIndex.load(index_path(paths.indexes, lib.id, TINY_MODEL), dim)
+            dim = cat.vectors_for([min(truth)], key).shape[1]
+            idx = VectorIndex.load(index_path(paths.indexes, lib.id, key), dim)
             assert set(idx.ids().tolist()) == truth
 
 
@@ -545,7 +553,7 @@ def test_21_every_exif_orientation_gives_upright_thumbnails_and_the_same_embeddi
         last_progress(svc.indexer(embedder, batch_size=4).run(folder))
         lib = svc.catalog.library_by_root(folder)
         recs = {r.rel_path: r for r in svc.catalog.image_records(lib.id)}
-        vecs = {name: svc.catalog.vectors_for([r.id], TINY_MODEL)[0] for name, r in recs.items()}
+        vecs = {name: svc.catalog.vectors_for([r.id], embedder.identity)[0] for name, r in recs.items()}
     ref = vecs["o1.png"]
     for o in range(2, 9):
         assert np.allclose(vecs[f"o{o}.png"], ref, atol=1e-4), o

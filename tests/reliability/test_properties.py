@@ -98,7 +98,7 @@ def test_mutated_image_never_stops_indexing_and_is_ok_or_unreadable_with_a_reaso
         if bad.status == "unreadable":
             assert bad.reason and {"path": f"mutated{ext}", "reason": bad.reason} in s.unreadable
         else:
-            assert bad.id in svc.catalog.embedded_ids(lib.id, embedder.model_id)
+            assert bad.id in svc.catalog.embedded_ids(lib.id, embedder.identity)
         try:
             thumb = render_thumbnail(str(folder / f"mutated{ext}"), 32)
             assert thumb.width > 0 and thumb.height > 0

@@ -443,6 +443,7 @@ def test_indexing_a_library_whose_files_change_type_after_the_scan_finishes_and_
     from engine.config import get_paths
     from engine.index.store import index_path
     from engine.index.vector_index import VectorIndex
+    from engine.models.registry import installed_identity
 
     swaps = {f"zz-{kind}.jpg": kind for kind in (*KINDS, "link")}
     copy_in(photos, [*swaps, "zz-growing.jpg"])
@@ -463,12 +464,13 @@ def test_indexing_a_library_whose_files_change_type_after_the_scan_finishes_and_
     ok = {i for p, (i, s, _r) in rows.items() if s == "ok"}
     assert len(ok) == n_regular and rows["zz-growing.jpg"][1] == "ok"
     paths = get_paths(str(home))
+    key = installed_identity(TINY_MODEL, paths).image  # vectors are stored under the model's identity
     with Catalog(paths.catalog) as cat:
         assert cat.integrity_check() == "ok"
         lib = cat.library_by_root(photos.resolve())
-        assert cat.embedded_ids(lib.id, TINY_MODEL) == ok
-        dim = cat.vectors_for([min(ok)], TINY_MODEL).shape[1]
-    saved = VectorIndex.load(index_path(paths.indexes, lib.id, TINY_MODEL), dim)  # the index was saved
+        assert cat.embedded_ids(lib.id, key) == ok
+        dim = cat.vectors_for([min(ok)], key).shape[1]
+    saved = VectorIndex.load(index_path(paths.indexes, lib.id, key), dim)  # the index was saved
     assert set(saved.ids().tolist()) == ok
 
 
@@ -556,6 +558,9 @@ READS_ALLOWED: dict[tuple[str, str], str] = {
     ("engine/models/download.py", "_validate_hf_folder"): "the staging copy the import wrote itself",
     ("engine/models/download.py", "_convert_pickle_to_safetensors"): "a downloaded file whose pinned hash matched",
     ("engine/models/registry.py", "read_manifest"): "manifests of installed models in the home",
+    ("engine/models/install_state.py", "install_lock"): "Longlens's own lock file next to the models folder",
+    ("engine/models/install_state.py", "Staging.__init__"): "the staging folder's lock file this process creates",
+    ("engine/models/install_state.py", "_owner_is_gone"): "a staging folder's lock file (flock probe)",
     ("engine/samples.py", "make_problem_files"): "a file it has just written",
     ("engine/selftest.py", "read_sample"): "the self-test sample shipped with the package",
     ("engine/services.py", "Services.settings"): "the settings file in the home",
