@@ -135,3 +135,26 @@ def validate_settings(values: Mapping[str, Any], source: Path | str) -> dict[str
         except OptionError as exc:
             raise ConfigError(f"{source}: setting {key!r}: {exc}") from None
     return dict(values)
+
+
+@dataclass(frozen=True)
+class NumberList:
+    """A comma-separated list of `number` values (e.g. index sizes 10000,100000)."""
+
+    number: Number
+
+    @property
+    def __name__(self) -> str:
+        return f"list of {self.number.field}"
+
+    def parse(self, text: str) -> list[int | float]:
+        values = [self.number.parse(part.replace("_", "")) for part in text.split(",") if part.strip()]
+        if not values:
+            raise OptionError(f"{self.number.field}: expected comma-separated values, got {text!r}")
+        return values
+
+    def __call__(self, text: str) -> list[int | float]:
+        try:
+            return self.parse(text)
+        except OptionError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None

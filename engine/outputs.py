@@ -91,6 +91,7 @@ def check_output(
     inputs: Iterable[Path | str] = (),
     library_roots: Iterable[Path | str] = (),
     own_files: Iterable[str] = (),
+    resumable: bool = False,
 ) -> Path:
     """`out` as given when it is a safe place for this run's `what` (e.g. "report"), else
     OutputPathError naming the path.
@@ -103,6 +104,8 @@ def check_output(
     own_files: for folder outputs written before markers existed, glob patterns of the files this
     kind of output holds (e.g. grounding.json, phrase_*.png): a folder whose every entry matches
     one is taken to be such an output.
+    resumable: a folder output a run extends or resumes (training runs, shards) rather than
+    replaces: only its being a folder is checked, not what it holds.
     """
     out = Path(out).expanduser()
     target = _resolved(out)
@@ -124,7 +127,10 @@ def check_output(
         if folder and _inside(root, target):
             raise OutputPathError(f"the {what} folder {out} holds the indexed library {raw}; "
                                   "choose another folder")
-    if folder:
+    if folder and resumable:
+        if out.exists() and not out.is_dir():
+            raise OutputPathError(f"the {what} {out} exists and is not a folder; give a folder path")
+    elif folder:
         _check_folder_target(out, what, kind, own_files)
     else:
         _check_file_target(out, what)
@@ -320,3 +326,10 @@ class ReportAssets:
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)
+
+
+def library_roots(home: str | Path | None = None) -> list[Path]:
+    """The indexed library roots of the catalog under `home` (default: $LONGLENS_HOME or the user's)."""
+    from engine.config import get_paths
+
+    return indexed_library_roots(get_paths(home).catalog)

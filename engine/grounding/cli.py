@@ -147,10 +147,9 @@ def write_outputs(image: Any, g: Any, out: Path, prefix: str = "") -> dict[str, 
 
 
 def _library_roots(args: argparse.Namespace) -> list[Path]:
-    from engine.config import get_paths
-    from engine.outputs import indexed_library_roots
+    from engine.outputs import library_roots
 
-    return indexed_library_roots(get_paths(args.home).catalog)
+    return library_roots(args.home)
 
 
 GROUND_FILES = ("grounding.json", "phrase_*.png", "maps.npz")
