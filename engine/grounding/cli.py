@@ -291,6 +291,10 @@ def _check_outputs(args: argparse.Namespace, items: list[tuple[int, dict[str, An
     if args.html.expanduser().resolve() == args.out.expanduser().resolve():
         raise OutputPathError(f"the report and the HTML report are the same file {args.out}; give two paths")
     html_dir = args.html.with_name(args.html.stem + "_files")
+    resolved_dir = html_dir.expanduser().resolve()
+    if args.out.expanduser().resolve().is_relative_to(resolved_dir):
+        raise OutputPathError(f"the report {args.out} is inside the HTML report's asset folder {html_dir}, "
+                              "which each run replaces; choose a path outside it")
     check_output(html_dir, what="HTML report's asset", kind="check-assets", folder=True, inputs=inputs,
                  library_roots=roots, own_files=("line[0-9][0-9][0-9][0-9][0-9]_*",))
     return html_dir
