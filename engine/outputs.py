@@ -14,6 +14,7 @@ complete report or the new complete one, never a mix.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import errno
@@ -27,6 +28,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text, fsync_dir
@@ -333,3 +335,17 @@ def library_roots(home: str | Path | None = None) -> list[Path]:
     from engine.config import get_paths
 
     return indexed_library_roots(get_paths(home).catalog)
+
+
+def check_script_output(parser: argparse.ArgumentParser, out: Path | str | None, **kwargs: Any) -> None:
+    """check_output for a `python -m` script: a refused path is a usage error (exit 2) naming
+    it. Library roots default to the user's catalog."""
+    if out is None:
+        return
+    kwargs.setdefault("library_roots", library_roots(kwargs.pop("home", None)))
+    kwargs.setdefault("what", "output")
+    kwargs.setdefault("kind", parser.prog)
+    try:
+        check_output(out, **kwargs)
+    except OutputPathError as exc:
+        parser.error(str(exc))

@@ -36,6 +36,7 @@ from engine.bench.report import update_section
 from engine.index import vector_index as vi
 from engine.index.vector_index import VectorIndex
 from engine.models.base import l2_normalise
+from engine.outputs import check_script_output
 
 K = 10
 RECALL_TARGET = 0.99
@@ -574,7 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="benchmark report", inputs=[p for p in (args.vectors, args.queries) if p])
 
     quick = args.quick
     sizes = args.sizes or list(QUICK_SIZES if quick else DEFAULT_SIZES)

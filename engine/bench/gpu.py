@@ -31,6 +31,7 @@ import numpy as np
 
 from engine import options
 from engine.bench.report import machine_description, update_section
+from engine.outputs import check_script_output
 
 
 def _write_one(args: tuple[Path, int, tuple[int, int]]) -> None:
@@ -193,7 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="benchmark report")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import options
+from engine.outputs import check_script_output
 
 
 def _write_jpegs(folder: Path, n: int, size: tuple[int, int], seed: int = 0) -> list[Path]:
@@ -111,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="benchmark report")
     from engine.bench.report import machine_description, update_section
 
     w, h = (int(x) for x in args.size.lower().split("x"))

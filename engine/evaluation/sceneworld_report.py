@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from engine import options
+from engine.outputs import check_script_output
 
 
 def measure(model_dir: Path, seed: int, n: int) -> dict:
@@ -69,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="report", inputs=[args.model_dir] if args.model_dir else [])
     from engine.models.registry import bundled_model_dir
 
     model_dir = args.model_dir or bundled_model_dir("sceneworld-mini")

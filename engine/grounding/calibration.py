@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from engine import options
+from engine.outputs import check_script_output
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 CALIBRATION_FORMAT = 1
@@ -262,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="calibration file", home=args.home)
     from engine.config import get_paths
     from engine.models.registry import load_embedder
 

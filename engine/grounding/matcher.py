@@ -54,6 +54,7 @@ from engine import options
 from engine.errors import ModelIntegrityError
 from engine.jobs import CancelToken, Progress
 from engine.models.demo import MiniConfig, SceneWorldMini, TextTower, VisionTower
+from engine.outputs import check_script_output
 
 MATCHER_DIR = "matcher"
 WEIGHTS = "matcher.safetensors"
@@ -502,6 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = MatcherSettings(n_scenes=args.n_scenes, epochs=args.epochs, seed=args.seed, object_share=args.object_share,
                         dense_weight=args.dense_weight, align_weight=args.align_weight)
     out = args.out or args.model_dir / MATCHER_DIR
+    check_script_output(ap, out, what="matcher folder", folder=True, resumable=True,
+                        inputs=[args.init_from] if args.init_from and args.init_from.resolve() != out.resolve() else [])
     scratch = Path(tempfile.mkdtemp(prefix="longlens-matcher-"))
     init = args.init_from
     try:

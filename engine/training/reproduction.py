@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import options
+from engine.outputs import check_script_output
 
 CONFIGS = tuple(f"C{i}" for i in range(1, 11))
 BASELINE = "BLIP0*"  # the stage-(a) tower, not fine-tuned (BLIP0's role in the paper)
@@ -380,7 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="report", inputs=[args.base] if args.base else [])
     from engine.config import get_paths
     from engine.models.registry import bundled_model_dir
 

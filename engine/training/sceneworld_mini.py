@@ -34,6 +34,7 @@ from engine.models.demo import (
     save_text_tower,
     tokenize,
 )
+from engine.outputs import check_script_output
 from engine.training.configs import PRESETS, TrainConfig
 from engine.training.trainer import Example, Trainer
 
@@ -209,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="model folder", folder=True, resumable=True)
     torch.set_num_threads(max(torch.get_num_threads(), 1))
     report = train(args.out, seed=args.seed, n_train=args.n_train, epochs_a=args.epochs_a,
                    epochs_b=args.epochs_b, batch_size=args.batch_size)
