@@ -62,11 +62,11 @@ class SettingsDialog(QDialog):
         tower_row.addWidget(clear)
 
         self.max_tokens = QSpinBox()
-        # 0 is the spin box's "model default" entry (saved as None); the rest is the engine's range.
+        # One below the engine's minimum is the "model default" entry (saved as None).
         lo, hi = backend.setting_range("max_tokens")
         self.max_tokens.setRange(lo - 1, hi)
         self.max_tokens.setSpecialValueText("model default")
-        self.max_tokens.setValue(int(s.get("max_tokens") or 0))
+        self.max_tokens.setValue(int(s.get("max_tokens") or lo - 1))
         self.top_k = QSpinBox()
         self.top_k.setRange(*backend.setting_range("top_k"))
         self.top_k.setValue(int(s.get("top_k") or 200))
@@ -144,7 +144,8 @@ class SettingsDialog(QDialog):
             "device": self.device.currentData(),
             "default_model": self.model.currentData(),
             "text_tower": self.tower.text().strip() or None,
-            "max_tokens": self.max_tokens.value() or None,
+            # The spin box's minimum (one below the engine's) is its "model default" entry.
+            "max_tokens": None if self.max_tokens.value() == self.max_tokens.minimum() else self.max_tokens.value(),
             "top_k": self.top_k.value(),
             "batch_size": self.batch.value(),
             "decode_workers": self.workers.value(),

@@ -313,3 +313,30 @@ def test_gui_settings_use_the_engine_ranges(home) -> None:
     (paths.config / "settings.json").write_text(json.dumps({"batch_size": 0}), encoding="utf-8")
     with pytest.raises(ConfigError, match="batch_size"):
         Backend(paths)  # the app refuses at start-up with the file and key (shown in a dialog)
+
+
+def test_settings_dialog_spin_boxes_offer_exactly_the_engine_ranges(home, qtbot) -> None:
+    pytest.importorskip("PySide6")
+    from desktop_app.dialogs.settings_dialog import SettingsDialog
+    from desktop_app.workers import Backend, WorkerHub
+    from engine.config import get_paths
+
+    backend, hub = Backend(get_paths(home)), WorkerHub()
+    try:
+        dlg = SettingsDialog(backend, hub)
+        qtbot.addWidget(dlg)
+        spins = {"batch_size": dlg.batch, "decode_workers": dlg.workers, "thumbnail_cache_mb": dlg.cache_mb,
+                 "top_k": dlg.top_k}
+        for key, spin in spins.items():
+            number = options.SETTINGS_NUMBERS[key][0]
+            assert (spin.minimum(), spin.maximum()) == (number.lo, number.hi), key
+        budget = options.SETTINGS_NUMBERS["max_tokens"][0]
+        # One extra entry below the range: "model default", saved as None (never 0 or 1).
+        assert (dlg.max_tokens.minimum(), dlg.max_tokens.maximum()) == (budget.lo - 1, budget.hi)
+        assert dlg.values()["max_tokens"] is None
+        dlg.max_tokens.setValue(int(budget.lo))
+        assert dlg.values()["max_tokens"] == budget.lo
+        options.validate_settings(dlg.values(), "the dialog")
+    finally:
+        assert hub.shutdown()
+        backend.close()
