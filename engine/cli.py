@@ -390,7 +390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error (exit 2, message printed) or --help (0): a return code
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if args.home:
         os.environ["LONGLENS_HOME"] = args.home
     try:

@@ -19,6 +19,8 @@ from engine import options
 from engine.errors import LonglensError
 
 API_KEY_ENV = "LONGLENS_API_KEY"
+# Seeds from 1000 on are SceneWorld's evaluation scenes: training data never uses them.
+TRAIN_SEED = options.count("SceneWorld training seed (1000 and up are reserved for evaluation)", 0, 999)
 GEN_TEMPERATURE = options.Number("sampling temperature", float, 0, 2)
 GEN_TOKENS = options.count("tokens per answer", 1, 32768)
 
@@ -73,7 +75,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--parse-retries", type=options.count("re-asks per answer", 0, 100), default=2, help="re-asks for an unusable answer (default 2)")
 
     sw = p.add_argument_group("SceneWorld mode")
-    sw.add_argument("--seed", type=options.count("SceneWorld training seed", 0, 999), default=0, help="SceneWorld training seed, 0-999 (default 0)")
+    sw.add_argument("--seed", type=TRAIN_SEED, default=0, help="SceneWorld training seed, 0-999 (default 0)")
     sw.add_argument("--n", type=options.SCENES, default=100, help="scenes (default 100)")
     sw.add_argument("--size", type=options.count("picture size (px)", 16, 4096), default=256, help="picture size in pixels (default 256)")
     sw.add_argument("--image-dir", type=Path, metavar="DIR", help="where the pictures go (default: OUT_images next to --out)")

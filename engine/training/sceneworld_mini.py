@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.training.sceneworld_mini", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     # Seeds of 1000 and up are reserved for evaluation scenes.
-    ap.add_argument("--seed", type=options.count("training seed", 0, 999), default=0)
+    ap.add_argument("--seed", type=options.count("training seed (1000 and up are reserved for evaluation)", 0, 999), default=0)
     ap.add_argument("--n-train", type=options.SCENES, default=20000)
     ap.add_argument("--epochs-a", type=options.EPOCHS, default=12)
     ap.add_argument("--epochs-b", type=options.EPOCHS, default=8)
