@@ -169,14 +169,16 @@ def test_killed_ground_leaves_the_old_output_folder(home, photos, tmp_path) -> N
     r = subprocess.run(argv, cwd=ROOT, env=_env(home), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     before = {p.name: _sha(p) for p in out.iterdir()}
-    # A run killed as soon as it writes anything next to the folder leaves the old one whole.
+    # Killed as soon as the second run has written any file (into its staging folder or the
+    # output folder itself), the old output must be intact.
     since = time.time() - 0.01
-    child = subprocess.Popen([*argv[:4], str(photos / "sample_012.jpg"), *argv[5:]], cwd=ROOT, env=_env(home),
+    second = photos / "sample_012.jpg"
+    child = subprocess.Popen([*argv[:4], str(second), *argv[5:]], cwd=ROOT, env=_env(home),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + CHILD_TIMEOUT_S
     try:
-        while child.poll() is None and not any(
-                p.name.startswith(".g.staging-") and _new_files(p, since) for p in tmp_path.iterdir()):
+        while child.poll() is None and not any(_new_files(p, since) for p in tmp_path.iterdir()
+                                               if p.name.startswith(("g", ".g.")) and p.is_dir()):
             assert time.monotonic() < deadline, "ground did not progress"
             time.sleep(0.005)
         child.send_signal(signal.SIGKILL)
@@ -185,8 +187,13 @@ def test_killed_ground_leaves_the_old_output_folder(home, photos, tmp_path) -> N
         if child.poll() is None:
             child.kill()
             child.wait()
+    report = json.loads((out / "grounding.json").read_text(encoding="utf-8"))
     if child.returncode == -signal.SIGKILL:
-        assert {p.name: _sha(p) for p in out.iterdir()} == before
+        assert {p.name: _sha(p) for p in out.iterdir()} == before, "a killed run changed the old output"
+    else:  # it finished between the last look and the kill: then the output is the new one, whole
+        assert report["image"] == str(second)
+    listed = [*report["files"]["overlays"], report["files"]["arrays"], "grounding.json"]
+    assert all((out / name).is_file() for name in listed)
     # The next run cleans the killed run's staging folder and replaces the output whole.
     from engine.outputs import staged_folder
 
