@@ -201,3 +201,27 @@ def test_killed_ground_leaves_the_old_output_folder(home, photos, tmp_path) -> N
         (stage / "grounding.json").write_text("{}", encoding="utf-8")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".g.")] == []
     assert sorted(p.name for p in out.iterdir()) == [".longlens-output.json", "grounding.json"]
+
+
+def test_swap_without_an_atomic_exchange_recovers_from_a_kill_between_renames(tmp_path, monkeypatch) -> None:
+    """Where the OS has no RENAME_EXCHANGE the swap is two renames; a kill between them leaves the
+    old folder moved aside, and the next run puts it back before doing anything else."""
+    from engine import outputs
+
+    monkeypatch.setattr(outputs, "_exchange", lambda a, b: False)
+    target = tmp_path / "g"
+    with outputs.staged_folder(target, "ground") as stage:
+        (stage / "grounding.json").write_text("old", encoding="utf-8")
+    dead_pid = 2**22 + 12345  # above the default pid_max: no such process
+    moved = tmp_path / f".g{outputs.OLD}{dead_pid}-abcdef"
+    os.replace(target, moved)  # the state a kill between the two renames leaves
+    stale = tmp_path / f".g{outputs.STAGING}{dead_pid}-xyz"
+    stale.mkdir()
+    (stale / "grounding.json").write_text("half", encoding="utf-8")
+    outputs.recover_folder(target)
+    assert (target / "grounding.json").read_text(encoding="utf-8") == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]
+    with outputs.staged_folder(target, "ground") as stage:  # and the two-rename swap itself works
+        (stage / "grounding.json").write_text("new", encoding="utf-8")
+    assert (target / "grounding.json").read_text(encoding="utf-8") == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]
