@@ -96,15 +96,16 @@ def _assert_one_run(out: Path, ref: dict[str, dict[str, str]]) -> None:
 
 
 def _new_files(folder: Path, since: float) -> int:
-    if not folder.is_dir():
-        return 0
+    """Files under `folder` modified since `since`; folders renamed or removed meanwhile are skipped
+    (os.walk ignores them), as the child renames its staging folder while we look."""
     n = 0
-    for p in folder.rglob("*"):
-        try:
-            if p.is_file() and p.stat().st_mtime >= since:
-                n += 1
-        except FileNotFoundError:
-            continue  # renamed or removed while we looked
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            try:
+                if os.stat(os.path.join(dirpath, name)).st_mtime >= since:
+                    n += 1
+            except FileNotFoundError:
+                continue
     return n
 
 
