@@ -424,6 +424,11 @@ class Backend:
 
         self.paths = (paths or get_paths()).ensure()
         self.services = Services(self.paths)
+        try:
+            self.services.settings()  # a bad value stops here with the file and key, not mid-run
+        except Exception:
+            self.services.close()
+            raise
         self.session_model = model  # --model for this run only
         self._lock = threading.RLock()
         self._thumbs = None
@@ -439,7 +444,16 @@ class Backend:
     def settings(self) -> dict[str, Any]:
         return {**DEFAULT_SETTINGS, **self.services.settings()}
 
+    @staticmethod
+    def setting_range(key: str) -> tuple[int, int]:
+        """The valid range of a numeric setting, from the engine's validators (spin boxes use it)."""
+        from engine.options import SETTINGS_NUMBERS
+
+        number = SETTINGS_NUMBERS[key][0]
+        return int(number.lo), int(number.hi)
+
     def save_settings(self, values: dict[str, Any]) -> None:
+        """Raises a LonglensError naming the setting when a value is out of range; nothing is written."""
         self.services.save_settings(values)
         with self._lock:
             self._thumbs = None  # the cache size may have changed
@@ -656,9 +670,18 @@ class Backend:
 
         return review.progress(self.services.catalog, session)
 
+    def check_export_path(self, dest: str, inputs: list[str] = ()) -> str:
+        """The export path when it may be written (not an input, a photo or inside a library),
+        else the engine's OutputPathError naming it: the same guard as the CLI's outputs."""
+        from engine.outputs import check_output
+
+        roots = [lib.root for lib in self.services.catalog.libraries()]
+        return str(check_output(dest, what="export", kind="export", inputs=inputs, library_roots=roots))
+
     def export_review(self, session, dest: str) -> int:
         from engine import review
 
+        self.check_export_path(dest, [session.caption_file])
         return review.export_session(self.services.catalog, session, dest)
 
     @staticmethod

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.errors import JobCancelled, LonglensError
 from engine.jobs import CancelToken, Progress, first_interrupt_cancels
 
@@ -342,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("paths", nargs="+")
     si.add_argument("--model")
     si.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    si.add_argument("--batch-size", type=int, default=32)
+    si.add_argument("--batch-size", type=options.BATCH_SIZE, default=32)
     si.add_argument("--json", action="store_true", help="print a JSON summary")
     si.add_argument("--quiet", action="store_true", help="no progress bar")
     si.add_argument("--cluster", metavar="ADDRESS", help="embed on Ray ('local', 'local:N' or a Ray address) "
@@ -352,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ss = sub.add_parser("search", help="search with a paragraph (or - to read it from stdin)")
     ss.add_argument("query", nargs="?")
-    ss.add_argument("--top", type=int, default=20)
+    ss.add_argument("--top", type=options.TOP_K, default=20)
     ss.add_argument("--json", action="store_true")
     ss.add_argument("--image", help="search with an image instead of text")
     ss.add_argument("--folder", help="only images under this folder")
@@ -361,13 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--camera", help="only images whose camera make/model contains this text")
     ss.add_argument("--model")
     ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder")
-    ss.add_argument("--max-tokens", type=int, help="token budget for the query (default: the model's)")
+    ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET, help="token budget for the query (default: the model's)")
     ss.add_argument("--device", default="auto")
     ss.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=False,
                     help="re-score the top --rerank-k candidates with the model's matching head (BLIP: ITM; "
                          "sceneworld-mini: its matching head) and order by it (default: off, ANN order; "
                          "see docs/grounding.md)")
-    ss.add_argument("--rerank-k", type=int, default=32, help="candidates to re-rank (default 32)")
+    ss.add_argument("--rerank-k", type=options.RERANK_K, default=32, help="candidates to re-rank (default 32)")
     ss.set_defaults(func=cmd_search)
 
     sl = sub.add_parser("libraries", help="list indexed folders and their status")
@@ -396,7 +397,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error (exit 2, message printed) or --help (0): a return code
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if args.home:
         os.environ["LONGLENS_HOME"] = args.home
     try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from engine.errors import QueryError
 from engine.models.base import Embedder
+from engine.options import token_budget_for
 from engine.search.searcher import clean_query
 
 _WORD_END = re.compile(r"\S+")
@@ -45,7 +46,7 @@ def token_budget(embedder: Embedder, text: str, max_tokens: int | None = None) -
     The cut is found by bisection over word ends (O(log words) tokenizer calls), so it stays
     cheap for a 5,000-word paste.
     """
-    budget = min(max_tokens or embedder.default_text_tokens, embedder.max_text_tokens)
+    budget = token_budget_for(max_tokens, embedder.default_text_tokens, embedder.max_text_tokens, embedder.model_id)
     total = _count(embedder, text)
     if total <= budget:
         return TokenBudget(total, budget, None)

@@ -228,13 +228,17 @@ def _drain(job: Iterator[Progress]) -> SelfTestReport:
     return last.extra["report"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine.selftest", description=__doc__.splitlines()[0])
     p.add_argument("--write-sample", type=Path, metavar="DIR", help="write the sample into DIR and stop")
     p.add_argument("--sample", type=Path, help="run against this sample folder instead of the bundled one")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.write_sample:
         write_sample(args.write_sample)
         print(f"wrote the self-test sample into {args.write_sample}")

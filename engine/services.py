@@ -35,20 +35,27 @@ class Services:
         self.close()
 
     # -- settings -----------------------------------------------------------
-    def settings(self) -> dict:
-        p = self.paths.config / SETTINGS_FILE
+    def _settings_file_values(self) -> dict:
         try:
-            return json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
+            values = json.loads((self.paths.config / SETTINGS_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return {}  # a damaged settings file must not stop the app; defaults apply
+            return {}  # missing or damaged (not JSON): it must not stop the app; defaults apply
+        return values if isinstance(values, dict) else {}
+
+    def settings(self) -> dict:
+        """The settings file's values. A number out of range is a ConfigError naming the file and
+        the key (engine/options.py), never replaced silently by a default."""
+        from engine.options import validate_settings
+
+        return validate_settings(self._settings_file_values(), self.paths.config / SETTINGS_FILE)
 
     def save_settings(self, values: dict) -> None:
         from engine.fileutil import atomic_write_text
+        from engine.options import validate_settings
 
-        merged = {**self.settings(), **values}
-        atomic_write_text(self.paths.config / SETTINGS_FILE, json.dumps(merged, indent=2))
+        p = self.paths.config / SETTINGS_FILE
+        merged = validate_settings({**self._settings_file_values(), **values}, p)  # before writing
+        atomic_write_text(p, json.dumps(merged, indent=2))
 
     # -- models -------------------------------------------------------------
     def default_model_name(self, explicit: str | None = None) -> str:

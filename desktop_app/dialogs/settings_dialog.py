@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app.dialogs import messages
-from desktop_app.workers import DEVICES, Backend, ModelInfo, WorkerHub
+from desktop_app.workers import DEVICES, Backend, LonglensError, ModelInfo, WorkerHub
 
 THEME_LABELS = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
 DEVICE_LABELS = {"auto": "Automatic (best available)", "cuda": "CUDA (NVIDIA GPU)", "mps": "MPS (Apple GPU)",
@@ -62,22 +62,24 @@ class SettingsDialog(QDialog):
         tower_row.addWidget(clear)
 
         self.max_tokens = QSpinBox()
-        self.max_tokens.setRange(0, 512)
+        # One below the engine's minimum is the "model default" entry (saved as None).
+        lo, hi = backend.setting_range("max_tokens")
+        self.max_tokens.setRange(lo - 1, hi)
         self.max_tokens.setSpecialValueText("model default")
-        self.max_tokens.setValue(int(s.get("max_tokens") or 0))
+        self.max_tokens.setValue(int(s.get("max_tokens") or lo - 1))
         self.top_k = QSpinBox()
-        self.top_k.setRange(1, 1_000_000)
+        self.top_k.setRange(*backend.setting_range("top_k"))
         self.top_k.setValue(int(s.get("top_k") or 200))
 
         self.batch = QSpinBox()
-        self.batch.setRange(1, 512)
+        self.batch.setRange(*backend.setting_range("batch_size"))
         self.batch.setValue(int(s.get("batch_size") or 32))
         self.workers = QSpinBox()
-        self.workers.setRange(1, 32)
+        self.workers.setRange(*backend.setting_range("decode_workers"))
         self.workers.setValue(int(s.get("decode_workers") or 2))
 
         self.cache_mb = QSpinBox()
-        self.cache_mb.setRange(16, 65536)
+        self.cache_mb.setRange(*backend.setting_range("thumbnail_cache_mb"))
         self.cache_mb.setSuffix(" MB")
         self.cache_mb.setValue(int(s.get("thumbnail_cache_mb") or 512))
         clear_cache = QPushButton("Clear cache")
@@ -142,7 +144,8 @@ class SettingsDialog(QDialog):
             "device": self.device.currentData(),
             "default_model": self.model.currentData(),
             "text_tower": self.tower.text().strip() or None,
-            "max_tokens": self.max_tokens.value() or None,
+            # The spin box's minimum (one below the engine's) is its "model default" entry.
+            "max_tokens": None if self.max_tokens.value() == self.max_tokens.minimum() else self.max_tokens.value(),
             "top_k": self.top_k.value(),
             "batch_size": self.batch.value(),
             "decode_workers": self.workers.value(),
@@ -163,6 +166,9 @@ class SettingsDialog(QDialog):
             self.backend.save_settings(values)
         except OSError as exc:
             messages.show_error(self, "Settings not saved", f"Cannot write the settings file: {exc}")
+            return
+        except LonglensError as exc:  # a value outside the engine's range (same check as the file's)
+            messages.show_error(self, "Settings not saved", str(exc))
             return
         self.saved.emit(values)
         super().accept()

@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 from desktop_app.dialogs import messages
 from desktop_app.widgets import overlay
 from desktop_app.widgets.image_canvas import ImageCanvas
-from desktop_app.workers import Backend, Job, WorkerHub, display_text
+from desktop_app.workers import Backend, Job, LonglensError, WorkerHub, display_text
 
 SupportRole = Qt.ItemDataRole.UserRole + 1
 ColourRole = Qt.ItemDataRole.UserRole + 2
@@ -355,6 +355,11 @@ class InspectorView(QWidget):
 
         if not dest.lower().endswith(".png"):
             dest += ".png"
+        try:  # never over the photo itself, another photo, or into a library folder
+            self.backend.check_export_path(dest, [self.path] if self.path else [])
+        except LonglensError as exc:
+            messages.show_error(self, "Export refused", str(exc))
+            return False
         composed = overlay.compose(self.canvas.image(), self.canvas.overlay(), self.canvas.overlay_opacity())
         f = QSaveFile(dest)  # written to a temporary file and renamed: never half a PNG
         if not f.open(QSaveFile.OpenModeFlag.WriteOnly):

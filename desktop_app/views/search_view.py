@@ -189,7 +189,7 @@ class SearchView(QWidget):
         self.camera_edit.setMaximumWidth(200)
         self.camera_edit.returnPressed.connect(self.search)
         self.top_spin = QSpinBox()
-        self.top_spin.setRange(1, 1_000_000)
+        self.top_spin.setRange(*backend.setting_range("top_k"))
         self.top_spin.setValue(int(backend.settings().get("top_k") or 200))
         self.top_spin.setPrefix("top ")
         self.top_spin.setToolTip("How many results to show")

@@ -31,10 +31,12 @@ from typing import Any
 import hnswlib
 import numpy as np
 
+from engine import options
 from engine.bench.report import update_section
 from engine.index import vector_index as vi
 from engine.index.vector_index import VectorIndex
 from engine.models.base import l2_normalise
+from engine.outputs import check_script_output
 
 K = 10
 RECALL_TARGET = 0.99
@@ -564,25 +566,27 @@ def render_markdown(result: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- CLI
 
 
-def _int_list(text: str) -> list[int]:
-    return [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine.bench.ann", description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=_int_list, help="comma-separated index sizes (default 10000,100000)")
-    parser.add_argument("--dim", type=int, help="vector dimension for synthetic data (default 256)")
+    parser.add_argument("--sizes", type=options.NumberList(options.count("index size", 1, 100_000_000)), help="comma-separated index sizes (default 10000,100000)")
+    parser.add_argument("--dim", type=options.count("vector dimension", 1, 65536), help="vector dimension for synthetic data (default 256)")
     parser.add_argument("--vectors", type=Path, help=".npy of real embeddings (n, dim)")
     parser.add_argument(
         "--queries", type=Path, help=".npy of query embeddings (default: held-out --vectors rows)"
     )
-    parser.add_argument("--n-queries", type=int, help="queries per measurement")
+    parser.add_argument("--n-queries", type=options.count("number of queries", 1, 10_000_000), help="queries per measurement")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument("--out", type=Path, help="Markdown file whose ann section is written/updated")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and grid, for tests (seconds)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=options.SEED, default=0)
     parser.add_argument("--section", default="ann", help="name of the Markdown section to write")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="benchmark report", inputs=[p for p in (args.vectors, args.queries) if p])
 
     quick = args.quick
     sizes = args.sizes or list(QUICK_SIZES if quick else DEFAULT_SIZES)

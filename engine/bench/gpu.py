@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from engine import options
 from engine.bench.report import machine_description, update_section
+from engine.outputs import check_script_output
 
 
 def _write_one(args: tuple[Path, int, tuple[int, int]]) -> None:
@@ -179,16 +181,22 @@ def render_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.bench.gpu", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--compile", action="store_true", help="also measure torch.compile of the fast path")
-    ap.add_argument("--n-files", type=int, default=2000)
-    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--n-files", type=options.count("number of files", 1, 10_000_000), default=2000)
+    ap.add_argument("--batch", type=options.BATCH_SIZE, default=256)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--allow-cpu", action="store_true", help="without CUDA, run the code path on the CPU")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="benchmark report")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)

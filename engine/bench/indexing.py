@@ -19,6 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engine import options
+from engine.outputs import check_script_output
+
 
 def _write_jpegs(folder: Path, n: int, size: tuple[int, int], seed: int = 0) -> list[Path]:
     from engine.samples import procedural_picture
@@ -97,15 +100,21 @@ def render(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.bench.indexing", description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="tiny,base")
-    ap.add_argument("--n", type=int, default=48)
+    ap.add_argument("--n", type=options.count("number of photos", 1, 10_000_000), default=48)
     ap.add_argument("--size", default="1600x1200")
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-size", type=options.BATCH_SIZE, default=16)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="benchmark report")
     from engine.bench.report import machine_description, update_section
 
     w, h = (int(x) for x in args.size.lower().split("x"))

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from engine import options
+
 Log = Callable[[str], None]
 
 
@@ -119,15 +121,19 @@ def run(*, checkpoint: Path, work: Path, n: int, batch_size: int, log: Log) -> d
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.bench.rss", description=__doc__.split("\n")[0])
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--folder", type=Path, required=True)
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--checkpoint", type=Path, required=True)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--every", type=int, default=1000)
-    args = ap.parse_args(argv)
+    ap.add_argument("--batch-size", type=options.BATCH_SIZE, default=32)
+    ap.add_argument("--every", type=options.count("photos between samples", 1, 100_000_000), default=1000)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return _child(args.folder, args.home, args.checkpoint, args.batch_size, args.every)
 
 

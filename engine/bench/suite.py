@@ -320,6 +320,18 @@ def _strip_for_json(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=str))
 
 
+def _check_bench_outputs(args: Any) -> None:
+    """Before the (long) run: the Markdown and JSON outputs must be safe places to write."""
+    from engine.outputs import check_output, library_roots
+
+    roots = library_roots(getattr(args, "home", None))
+    inputs = [args.merge] if args.merge is not None else []
+    if args.out is not None:
+        check_output(args.out, what="benchmark report", kind="bench-markdown", inputs=inputs, library_roots=roots)
+    if args.json_out is not None:
+        check_output(args.json_out, what="benchmark JSON", kind="bench-json", inputs=inputs, library_roots=roots)
+
+
 def main_args(args: Any) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -339,6 +351,7 @@ def main_args(args: Any) -> int:
             base = json.loads(read_user_text(args.merge))
         except (OSError, ValueError) as exc:
             raise SystemExit(f"--merge: cannot read {args.merge}: {exc}") from None
+    _check_bench_outputs(args)
     result = run_bench(cfg, quick=args.quick, with_1m=not args.no_1m, gpu=args.gpu, log=log, only=only, base=base)
     out = args.out if args.out is not None else (None if args.quick else Path("docs/benchmarks.md"))
     markdown = render_markdown(result)

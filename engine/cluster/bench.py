@@ -17,18 +17,24 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine import options
 
-def main(argv: list[str] | None = None) -> int:
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.cluster.bench")
-    ap.add_argument("--n", type=int, default=600)
+    ap.add_argument("--n", type=options.count("number of photos", 1, 10_000_000), default=600)
     ap.add_argument("--size", default="320x240")
     ap.add_argument("--model", default="sceneworld-mini")
-    ap.add_argument("--cpus", type=int, default=2)
-    ap.add_argument("--block-rows", type=int, default=32)
-    ap.add_argument("--torch-threads", type=int, default=0,
+    ap.add_argument("--cpus", type=options.count("number of CPUs", 1, 4096), default=2)
+    ap.add_argument("--block-rows", type=options.count("rows per block", 1, 1_000_000), default=32)
+    ap.add_argument("--torch-threads", type=options.count("number of torch threads", 0, 4096), default=0,
                     help="torch intra-op threads for the single-process run (0: torch's default); "
                     "each Ray actor gets 1 (Ray sets OMP_NUM_THREADS to its CPU share)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     w, h = (int(x) for x in args.size.split("x"))
 
     from engine.cluster.importer import import_shards

@@ -26,8 +26,14 @@ def cmd_cluster_index(args: argparse.Namespace) -> int:
 
     if not args.cluster or not args.out:
         raise LonglensError("--cluster and --out go together: --cluster ADDRESS --out SHARDS_DIR")
+    from engine.outputs import check_output
+
     paths = _paths(args).ensure()
     with Services(paths) as svc:
+        # Shards are extended by a resumed run; they must never land inside a photo folder.
+        check_output(args.out, what="shards folder", kind="shards", folder=True, resumable=True,
+                     inputs=[Path(p) for p in args.paths],
+                     library_roots=[Path(lib.root) for lib in svc.catalog.libraries()])
         # The model is resolved here (clear error if missing) but loaded only on the workers.
         model = svc.default_model_name(args.model)
     from engine.models.registry import installed_model_dir

@@ -15,9 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.errors import LonglensError
 
 API_KEY_ENV = "LONGLENS_API_KEY"
+# Seeds from 1000 on are SceneWorld's evaluation scenes: training data never uses them.
+TRAIN_SEED = options.count("SceneWorld training seed (1000 and up are reserved for evaluation)", 0, 999)
+GEN_TEMPERATURE = options.Number("sampling temperature", float, 0, 2)
+GEN_TOKENS = options.count("tokens per answer", 1, 32768)
 
 
 def register(sub: Any) -> None:
@@ -42,37 +47,37 @@ def register(sub: Any) -> None:
     ep.add_argument("--generator", metavar="MODEL", help="model that writes captions, negatives and paragraphs")
     ep.add_argument("--scorer", metavar="MODEL", help="model that scores paragraphs 0-10")
     ep.add_argument("--api-key", metavar="KEY", help=f"bearer token (default: ${API_KEY_ENV})")
-    ep.add_argument("--concurrency", type=int, default=4, help="images in flight (default 4)")
-    ep.add_argument("--timeout", type=float, default=120.0, help="seconds without an answer before a retry (default 120)")
-    ep.add_argument("--max-retries", type=int, default=5, help="retries per request on 429/5xx/timeouts (default 5)")
-    ep.add_argument("--backoff", type=float, default=1.0, help="first backoff in seconds, doubled per retry (default 1)")
-    ep.add_argument("--max-backoff", type=float, default=60.0, help="longest backoff in seconds (default 60)")
+    ep.add_argument("--concurrency", type=options.count("images in flight", 1, 256), default=4, help="images in flight (default 4)")
+    ep.add_argument("--timeout", type=options.Number("request timeout (s)", float, 0, 86400, lo_open=True), default=120.0, help="seconds without an answer before a retry (default 120)")
+    ep.add_argument("--max-retries", type=options.count("retries per request", 0, 100), default=5, help="retries per request on 429/5xx/timeouts (default 5)")
+    ep.add_argument("--backoff", type=options.Number("first backoff (s)", float, 0, 3600), default=1.0, help="first backoff in seconds, doubled per retry (default 1)")
+    ep.add_argument("--max-backoff", type=options.Number("longest backoff (s)", float, 0, 86400), default=60.0, help="longest backoff in seconds (default 60)")
     ep.add_argument("--prompts", type=Path, metavar="DIR", help="folder of prompt templates overriding the defaults (NAME.txt)")
-    ep.add_argument("--max-side", type=int, default=768, help="long side of the picture sent, in pixels (default 768)")
-    ep.add_argument("--limit", type=int, help="at most this many new images in this run")
+    ep.add_argument("--max-side", type=options.count("picture side (px)", 16, 8192), default=768, help="long side of the picture sent, in pixels (default 768)")
+    ep.add_argument("--limit", type=options.count("number of new images", 1, 100_000_000), help="at most this many new images in this run")
 
     sp = p.add_argument_group("sampling (defaults: the research brief's)")
-    sp.add_argument("--temperature", type=float, default=d.temperature, help=f"generation (default {d.temperature})")
-    sp.add_argument("--top-p", type=float, default=d.top_p, help=f"generation (default {d.top_p})")
-    sp.add_argument("--max-tokens-positives", type=int, default=d.max_tokens_positives, metavar="N",
+    sp.add_argument("--temperature", type=GEN_TEMPERATURE, default=d.temperature, help=f"generation (default {d.temperature})")
+    sp.add_argument("--top-p", type=options.Number("top-p", float, 0, 1, lo_open=True), default=d.top_p, help=f"generation (default {d.top_p})")
+    sp.add_argument("--max-tokens-positives", type=GEN_TOKENS, default=d.max_tokens_positives, metavar="N",
                     help=f"default {d.max_tokens_positives}")
-    sp.add_argument("--max-tokens-negatives", type=int, default=d.max_tokens_negatives, metavar="N",
+    sp.add_argument("--max-tokens-negatives", type=GEN_TOKENS, default=d.max_tokens_negatives, metavar="N",
                     help=f"default {d.max_tokens_negatives}")
-    sp.add_argument("--max-tokens-paragraph", type=int, default=d.max_tokens_paragraph, metavar="N",
+    sp.add_argument("--max-tokens-paragraph", type=GEN_TOKENS, default=d.max_tokens_paragraph, metavar="N",
                     help=f"default {d.max_tokens_paragraph}")
-    sp.add_argument("--score-temperature", type=float, default=d.score_temperature, metavar="T",
+    sp.add_argument("--score-temperature", type=GEN_TEMPERATURE, default=d.score_temperature, metavar="T",
                     help=f"default {d.score_temperature:g}: greedy")
-    sp.add_argument("--score-max-tokens", type=int, default=d.score_max_tokens, metavar="N",
+    sp.add_argument("--score-max-tokens", type=GEN_TOKENS, default=d.score_max_tokens, metavar="N",
                     help=f"default {d.score_max_tokens}")
-    sp.add_argument("--score-threshold", type=float, default=5.0, metavar="S",
+    sp.add_argument("--score-threshold", type=options.Number("score threshold", float, 0, 10), default=5.0, metavar="S",
                     help="paragraphs scoring <= S are regenerated (default 5)")
-    sp.add_argument("--max-regenerations", type=int, default=3, help="regenerations per paragraph (default 3)")
-    sp.add_argument("--parse-retries", type=int, default=2, help="re-asks for an unusable answer (default 2)")
+    sp.add_argument("--max-regenerations", type=options.count("regenerations per paragraph", 0, 100), default=3, help="regenerations per paragraph (default 3)")
+    sp.add_argument("--parse-retries", type=options.count("re-asks per answer", 0, 100), default=2, help="re-asks for an unusable answer (default 2)")
 
     sw = p.add_argument_group("SceneWorld mode")
-    sw.add_argument("--seed", type=int, default=0, help="SceneWorld training seed, 0-999 (default 0)")
-    sw.add_argument("--n", type=int, default=100, help="scenes (default 100)")
-    sw.add_argument("--size", type=int, default=256, help="picture size in pixels (default 256)")
+    sw.add_argument("--seed", type=TRAIN_SEED, default=0, help="SceneWorld training seed, 0-999 (default 0)")
+    sw.add_argument("--n", type=options.SCENES, default=100, help="scenes (default 100)")
+    sw.add_argument("--size", type=options.count("picture size (px)", 16, 4096), default=256, help="picture size in pixels (default 256)")
     sw.add_argument("--image-dir", type=Path, metavar="DIR", help="where the pictures go (default: OUT_images next to --out)")
 
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -110,6 +115,19 @@ def _drive(make_job: Any, quiet: bool) -> Any:
     return last
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """The JSONL (extended by a resumed run) and SceneWorld's picture folder must not be an input,
+    a photo or inside an indexed library; the default picture folder is OUT_images next to --out."""
+    from engine.outputs import check_output, library_roots
+
+    inputs = [p for p in (args.images, args.list, args.prompts) if p is not None]
+    roots = library_roots(args.home)
+    check_output(args.out, what="training data file", kind="datagen", inputs=inputs, library_roots=roots)
+    if args.sceneworld and args.image_dir is not None:
+        check_output(args.image_dir, what="picture folder", kind="datagen-images", folder=True, resumable=True,
+                     inputs=[*inputs, args.out], library_roots=roots)
+
+
 def cmd_datagen(args: argparse.Namespace) -> int:
     from engine.cli import _print_json
 
@@ -118,6 +136,7 @@ def cmd_datagen(args: argparse.Namespace) -> int:
     if len(sources) != 1:
         raise LonglensError("give exactly one of --images DIR, --list FILE or --sceneworld"
                             + (f" (got {', '.join(sources)})" if sources else ""))
+    _check_outputs(args)
     if args.sceneworld:
         from engine.datagen.pipeline import sceneworld_job
 

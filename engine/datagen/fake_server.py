@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from engine import options
+
 TASKS = ("positives", "negatives", "paragraph", "score")
 
 
@@ -281,16 +283,20 @@ class FakeVLMServer:
         return Handler
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine.datagen.fake_server",
                                 description="Scripted OpenAI-compatible chat-completions server for trying "
                                 "`longlens datagen` without a model.")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
-    p.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
-    p.add_argument("--fail-every", type=int, default=0, help="answer every Nth request with 429 + Retry-After")
+    p.add_argument("--port", type=options.count("port", 0, 65535), default=8765, help="0 picks a free port")
+    p.add_argument("--delay", type=options.Number("delay (s)", float, 0, 3600), default=0.0, help="seconds before each answer")
+    p.add_argument("--fail-every", type=options.count("requests between failures", 0, 1_000_000), default=0, help="answer every Nth request with 429 + Retry-After")
     p.add_argument("--api-key", help="require this bearer token")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     responder: Callable[[str, dict[str, Any]], Reply] = ScriptedResponder()
     if args.fail_every:
         responder = FailEvery(responder, args.fail_every)

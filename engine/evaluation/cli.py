@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.errors import LonglensError
 
 GROUNDING = "grounding"
@@ -38,19 +39,19 @@ def register(sub: Any) -> None:
     se.add_argument("benchmark", choices=[*BENCHMARKS, GROUNDING])
     se.add_argument("--root", type=Path, help="dataset folder (not for sceneworld/grounding)")
     se.add_argument("--split", help="sceneworld: long (default) or short; flickr30k/coco/docci: default test")
-    se.add_argument("--seed", type=int, default=1000, help="scene seed (≥ 1000: never used in training)")
-    se.add_argument("--n", type=int, default=1000, help="number of test scenes")
+    se.add_argument("--seed", type=options.SEED, default=1000, help="scene seed (≥ 1000: never used in training)")
+    se.add_argument("--n", type=options.SCENES, default=1000, help="number of test scenes")
     se.add_argument("--model", help="installed model name or model folder "
                     f"(default: {DEFAULT_SCENEWORLD_MODEL} for sceneworld/grounding, else {DEFAULT_REAL_MODEL})")
     se.add_argument("--compare", nargs="+", metavar="MODEL", help="more models (NAME or NAME@TEXT_TOWER_DIR) in one table")
     se.add_argument("--text-tower", type=Path, help="text-tower override for --model")
-    se.add_argument("--max-tokens", type=int, help="token budget (default: the benchmark's)")
+    se.add_argument("--max-tokens", type=options.TOKEN_BUDGET, help="token budget (default: the benchmark's)")
     se.add_argument("--truncation", action="store_true", help="also evaluate at 20/40/60/80/100/128 tokens")
     se.add_argument("--budgets", help="token budgets for --truncation, comma-separated")
     se.add_argument("--out", type=Path, help="write report.json, report.md (and truncation.png) here")
     se.add_argument("--annotations", type=Path, help="annotation file, if not the benchmark's usual name in --root")
     se.add_argument("--images", type=Path, help="image folder, if not the usual one under --root")
-    se.add_argument("--limit", type=int, help="sharegpt4v: only the first N entries (Long-CLIP protocol: 1000)")
+    se.add_argument("--limit", type=options.count("number of entries", 1, 100_000_000), help="sharegpt4v: only the first N entries (Long-CLIP protocol: 1000)")
     se.add_argument("--device", default="auto")
     se.add_argument("--json", action="store_true")
     se.set_defaults(func=cmd_eval)
@@ -81,7 +82,22 @@ def _model_specs(args: argparse.Namespace, default: str) -> list[tuple[str, Path
     return specs
 
 
+EVAL_FILES = ("report.json", "report.md", "truncation.png", "grounding.json")
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    from engine.outputs import check_output, library_roots
+
+    if args.out is None:
+        return
+    inputs = [p for p in (args.root, args.annotations, args.images, args.text_tower) if p is not None]
+    inputs += [Path(ref) for ref in [args.model, *(args.compare or [])] if ref and Path(ref).expanduser().exists()]
+    check_output(args.out, what="report", kind="eval", folder=True, inputs=inputs,
+                 library_roots=library_roots(args.home), own_files=EVAL_FILES)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    _check_out(args)
     if args.benchmark == GROUNDING:
         return _cmd_grounding(args)
     if args.benchmark == "sceneworld" and not (args.compare or args.truncation or args.out):
@@ -165,7 +181,14 @@ def _cmd_harness(args: argparse.Namespace) -> int:
             truncation[label] = truncation_analysis(embedder, evalset, budgets, image_emb=image_cache[ref])
         del embedder
     report = build_report(evalset, results, truncation or None)
-    files = write_report(report, args.out) if args.out else {}
+    files: dict[str, Path] = {}
+    if args.out:
+        from engine.outputs import staged_folder
+
+        # report.json, report.md and the plot are one unit: written together, swapped in whole.
+        with staged_folder(args.out, "eval") as stage:
+            written = write_report(report, stage)
+        files = {kind: Path(args.out) / path.name for kind, path in written.items()}
     if args.json:
         _print_json({**report, "files": {k: str(v) for k, v in files.items()}})
     else:
@@ -192,8 +215,10 @@ def _cmd_grounding(args: argparse.Namespace) -> int:
         import json
 
         from engine.fileutil import atomic_write_text
+        from engine.outputs import staged_folder
 
-        atomic_write_text(Path(args.out) / "grounding.json", json.dumps(result, indent=2, default=str) + "\n")
+        with staged_folder(args.out, "eval") as stage:
+            atomic_write_text(stage / "grounding.json", json.dumps(result, indent=2, default=str) + "\n")
     if args.json or not isinstance(result, dict):
         _print_json(result)
     else:

@@ -12,6 +12,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine import options
+from engine.outputs import check_script_output
+
 
 def measure(model_dir: Path, seed: int, n: int) -> dict:
     from engine.evaluation.sceneworld import embed_scenes, evaluate
@@ -56,14 +59,20 @@ def render(m: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.evaluation.sceneworld_report")
     ap.add_argument("--model-dir", type=Path, default=None, help="default: the bundled sceneworld-mini")
-    ap.add_argument("--seed", type=int, default=1000)
-    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--seed", type=options.SEED, default=1000)
+    ap.add_argument("--n", type=options.SCENES, default=1000)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="report", inputs=[args.model_dir] if args.model_dir else [])
     from engine.models.registry import bundled_model_dir
 
     model_dir = args.model_dir or bundled_model_dir("sceneworld-mini")

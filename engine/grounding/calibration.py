@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from engine import options
 from engine.fileutil import read_user_text
+from engine.outputs import check_script_output
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 CALIBRATION_FORMAT = 1
@@ -260,16 +262,22 @@ def fit_calibration(embedder: Any, *, seed: int = VALIDATION_SEED, n: int = 400)
     return Calibration(key, levels, {k: list(map(float, v)) for k, v in stats.items()}, meta)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.grounding.calibration",
                                  description="Fit support calibration on SceneWorld validation scenes.")
     ap.add_argument("--model", default="sceneworld-mini")
-    ap.add_argument("--seed", type=int, default=VALIDATION_SEED)
-    ap.add_argument("--n", type=int, default=400)
+    ap.add_argument("--seed", type=options.SEED, default=VALIDATION_SEED)
+    ap.add_argument("--n", type=options.SCENES, default=400)
     ap.add_argument("--home", help="Longlens home (default: $LONGLENS_HOME or the user's)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=Path, default=CALIBRATION_FILE)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="calibration file", home=args.home)
     from engine.config import get_paths
     from engine.models.registry import load_embedder
 

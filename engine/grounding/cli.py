@@ -20,6 +20,7 @@ from typing import Any
 from engine import limits
 from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text
+from engine.options import THRESHOLD
 
 LOW_SUPPORT = 0.5
 # Saved full-resolution maps are capped at this many pixels on the long side (a 24 MP photo
@@ -42,7 +43,7 @@ def register(sub: Any) -> None:
     sc.add_argument("file", type=Path, help="JSONL or CSV with an image path and a caption per line")
     sc.add_argument("--out", type=Path, required=True, help="report: one JSON object per input line")
     sc.add_argument("--html", type=Path, help="also write an HTML report with the overlays")
-    sc.add_argument("--threshold", type=float, default=LOW_SUPPORT,
+    sc.add_argument("--threshold", type=THRESHOLD, default=LOW_SUPPORT,
                     help="supports below this are flagged low (default 0.5: undecided)")
     _model_args(sc)
     sc.set_defaults(func=cmd_check)
@@ -148,20 +149,35 @@ def write_outputs(image: Any, g: Any, out: Path, prefix: str = "") -> dict[str, 
     return {"overlays": files, "arrays": arrays, "array_shapes": {"patch": list(patch.shape), "image": list(full.shape)}}
 
 
+def _library_roots(args: argparse.Namespace) -> list[Path]:
+    from engine.outputs import library_roots
+
+    return library_roots(args.home)
+
+
+GROUND_FILES = ("grounding.json", "phrase_*.png", "maps.npz")
+
+
 def cmd_ground(args: argparse.Namespace) -> int:
+    from engine.outputs import check_output, staged_folder
+
     # At most one character past the limit is read from stdin: enough to know it is too long.
     text = sys.stdin.read(limits.MAX_CAPTION_CHARS + 1) if args.paragraph == "-" else args.paragraph
     problem = limits.query_problem(text) if text.strip() else None
     if problem is not None:
         raise LonglensError(problem)
     _check_text(text)
+    check_output(args.out, what="output", kind="ground", folder=True, inputs=[args.image],
+                 library_roots=_library_roots(args), own_files=GROUND_FILES)
     image = _load_image(args.image)
     grounder = _grounder(args)
     g = grounder.ground(image, text, image_path=str(args.image))
     report = {"image": str(args.image), "text": text, **grounding_json(g)}
-    report["files"] = write_outputs(image, g, args.out)
-    (args.out / "grounding.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
-                                             encoding="utf-8")
+    # The folder is one unit: overlays, arrays and grounding.json are written into a fresh
+    # folder that replaces the old one whole, so a killed run never mixes two runs' files.
+    with staged_folder(args.out, "ground") as stage:
+        report["files"] = write_outputs(image, g, stage)
+        atomic_write_text(stage / "grounding.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     if args.json:
         json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -308,23 +324,67 @@ def _read_csv(lines: Iterator[tuple[int, str, str | None]], base: Path
         yield k, *_pick(obj, base)
 
 
+def _check_outputs(args: argparse.Namespace, items: list[tuple[int, dict[str, Any] | None, str | None]]) -> Path | None:
+    """Refuse outputs that would overwrite an input, a photo or a library file; the assets folder
+    of the HTML report (REPORT_files) may only be an earlier report's."""
+    from engine.outputs import OutputPathError, check_output
+
+    inputs: list[Path] = [args.file] + [Path(item["image"]) for _, item, _ in items if item is not None]
+    roots = _library_roots(args)
+    check_output(args.out, what="report", kind="check-report", inputs=inputs, library_roots=roots)
+    if args.html is None:
+        return None
+    check_output(args.html, what="HTML report", kind="check-html", inputs=inputs, library_roots=roots)
+    if args.html.expanduser().resolve() == args.out.expanduser().resolve():
+        raise OutputPathError(f"the report and the HTML report are the same file {args.out}; give two paths")
+    html_dir = args.html.with_name(args.html.stem + "_files")
+    resolved_dir = html_dir.expanduser().resolve()
+    if args.out.expanduser().resolve().is_relative_to(resolved_dir):
+        raise OutputPathError(f"the report {args.out} is inside the HTML report's asset folder {html_dir}, "
+                              "which each run replaces; choose a path outside it")
+    check_output(html_dir, what="HTML report's asset", kind="check-assets", folder=True, inputs=inputs,
+                 library_roots=roots, own_files=("line[0-9][0-9][0-9][0-9][0-9]_*",))
+    return html_dir
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    if not 0.0 <= args.threshold <= 1.0:
-        raise LonglensError("--threshold must be between 0 and 1")
+    from engine.outputs import ReportAssets
+
+    THRESHOLD.check(args.threshold)
     items = list(read_items(args.file))
     if not items:
         raise LonglensError(f"{args.file} holds no lines to check")
+    html_dir = _check_outputs(args, items)
     grounder = _grounder(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    html_dir = None
-    if args.html is not None:
-        html_dir = args.html.with_name(args.html.stem + "_files")
-        html_dir.mkdir(parents=True, exist_ok=True)
+    # A report is one unit: this run's overlays and arrays go into a folder of their own under
+    # REPORT_files/, which the page names only once it is complete (see engine/outputs.py).
+    assets = ReportAssets.begin(html_dir, "check-assets") if html_dir is not None else None
+    try:
+        counts, records, errors = _check_lines(args, items, grounder, assets)
+        # The reports are written whole at the end (temp file + rename): an interrupted check
+        # leaves the previous report, never half of a new one.
+        if assets is not None:
+            assets.commit()
+        atomic_write_text(args.out, "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records))
+        if assets is not None:
+            atomic_write_text(args.html, _html_report(records, html_dir.name, args.threshold, assets.run_id))
+            assets.prune()
+    except BaseException:
+        if assets is not None:
+            assets.abort()
+        raise
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    print(f"checked {len(items)} lines: {summary}; report in {args.out}"
+          + (f", HTML in {args.html}" if args.html else ""))
+    return 1 if errors else 0
+
+
+def _check_lines(args: argparse.Namespace, items: list[tuple[int, dict[str, Any] | None, str | None]],
+                 grounder: Any, assets: Any) -> tuple[dict[str, int], list[dict[str, Any]], int]:
     errors = 0
     counts: dict[str, int] = {}
     records = []
-    # The report is written whole at the end (temp file + rename): an interrupted check leaves
-    # the previous report, never half of a new one.
     for line, item, error in items:
         rec: dict[str, Any] = {"line": line}
         image = None
@@ -335,8 +395,13 @@ def cmd_check(args: argparse.Namespace) -> int:
                 image = _load_image(Path(item["image"]))
                 g = grounder.ground(image, item["caption"], image_path=item["image"])
                 rec.update(grounding_json(g, args.threshold))
-                if html_dir is not None:
-                    rec["files"] = write_outputs(image, g, html_dir, prefix=f"line{line:05d}_")
+                if assets is not None:
+                    files = write_outputs(image, g, assets.staging, prefix=f"line{line:05d}_")
+                    # Named relative to REPORT_files/, as the page links them.
+                    run = assets.folder_name
+                    files["overlays"] = [f"{run}/{name}" for name in files["overlays"]]
+                    files["arrays"] = f"{run}/{files['arrays']}"
+                    rec["files"] = files
             except LonglensError as exc:
                 error = str(exc)
         if error is not None:
@@ -345,13 +410,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"{args.file}:{line}: {error}", file=sys.stderr)
         counts[rec["verdict"]] = counts.get(rec["verdict"], 0) + 1
         records.append(rec)
-    atomic_write_text(args.out, "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records))
-    if args.html is not None:
-        atomic_write_text(args.html, _html_report(records, html_dir.name if html_dir else "", args.threshold))
-    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    print(f"checked {len(items)} lines: {summary}; report in {args.out}"
-          + (f", HTML in {args.html}" if args.html else ""))
-    return 1 if errors else 0
+    return counts, records, errors
 
 
 def _tint(support: float | None) -> str:
@@ -361,8 +420,9 @@ def _tint(support: float | None) -> str:
     return f"hsl({int(120 * s)}, 70%, 80%)"
 
 
-def _html_report(records: list[dict[str, Any]], files_dir: str, threshold: float) -> str:
+def _html_report(records: list[dict[str, Any]], files_dir: str, threshold: float, run_id: str = "") -> str:
     parts = ["<!doctype html><meta charset='utf-8'><title>Longlens caption check</title>",
+             f"<meta name='longlens-run' content='{html.escape(run_id)}'>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
              ".item{border-top:1px solid #ccc;padding:1em 0}.ov{display:inline-block;margin:4px;"
              "font-size:12px;width:200px;vertical-align:top}.ov img{width:200px}"

@@ -50,10 +50,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine import options
 from engine.errors import ModelIntegrityError
 from engine.fileutil import read_user_text
 from engine.jobs import CancelToken, Progress
 from engine.models.demo import MiniConfig, SceneWorldMini, TextTower, VisionTower
+from engine.outputs import check_script_output
 
 MATCHER_DIR = "matcher"
 WEIGHTS = "matcher.safetensors"
@@ -476,33 +478,38 @@ def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSe
     yield Progress("done", total, total, f"saved to {out_dir}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.grounding.matcher",
                                  description="Train sceneworld-mini's image-text matching head.")
     ap.add_argument("--model-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, help="default: MODEL_DIR/matcher")
-    ap.add_argument("--n-scenes", type=int, default=MatcherSettings.n_scenes)
-    ap.add_argument("--epochs", type=int, default=MatcherSettings.epochs)
-    ap.add_argument("--seed", type=int, default=MatcherSettings.seed)
-    ap.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps")
-    ap.add_argument("--object-share", type=float, default=MatcherSettings.object_share,
+    ap.add_argument("--n-scenes", type=options.SCENES, default=MatcherSettings.n_scenes)
+    ap.add_argument("--epochs", type=options.EPOCHS, default=MatcherSettings.epochs)
+    ap.add_argument("--seed", type=options.SEED, default=MatcherSettings.seed)
+    ap.add_argument("--checkpoint-every", type=options.count("steps between checkpoints", 0, 1_000_000_000), default=0, help="also save every N steps")
+    ap.add_argument("--object-share", type=options.probability("object-negative share"), default=MatcherSettings.object_share,
                     help="probability of picking an object-kind negative when a scene has one")
-    ap.add_argument("--dense-weight", type=float, default=MatcherSettings.dense_weight,
+    ap.add_argument("--dense-weight", type=options.Number("dense loss weight", float, 0, 1000), default=MatcherSettings.dense_weight,
                     help="weight of the per-patch kind/colour/pattern/size loss (0: off)")
-    ap.add_argument("--align-weight", type=float, default=MatcherSettings.align_weight,
+    ap.add_argument("--align-weight", type=options.Number("alignment loss weight", float, 0, 1000), default=MatcherSettings.align_weight,
                     help="weight of the phrase-patch alignment loss (0: off)")
     ap.add_argument("--init-from", type=Path, help="continue training the matcher in this folder")
-    ap.add_argument("--rounds", type=int, default=1,
+    ap.add_argument("--rounds", type=options.count("number of rounds", 1, 1000), default=1,
                     help="train this many runs in a row, each continuing the previous one on fresh scenes "
                          "(seeds SEED, SEED+1, ...); the shipped head is 4 rounds")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
-    if args.rounds < 1:
-        ap.error("--rounds must be at least 1")
     if args.init_from is not None and not (args.init_from / WEIGHTS).is_file():
         ap.error(f"--init-from {args.init_from}: no {WEIGHTS} there (a folder written by this command)")
     s = MatcherSettings(n_scenes=args.n_scenes, epochs=args.epochs, seed=args.seed, object_share=args.object_share,
                         dense_weight=args.dense_weight, align_weight=args.align_weight)
     out = args.out or args.model_dir / MATCHER_DIR
+    check_script_output(ap, out, what="matcher folder", folder=True, resumable=True,
+                        inputs=[args.init_from] if args.init_from and args.init_from.resolve() != out.resolve() else [])
     scratch = Path(tempfile.mkdtemp(prefix="longlens-matcher-"))
     init = args.init_from
     try:

@@ -149,8 +149,11 @@ class Indexer:
         self.catalog = catalog
         self.store = store
         self.embedder = embedder
-        self.batch_size = batch_size
-        self.decode_workers = decode_workers
+        from engine.options import BATCH_SIZE, SETTINGS_NUMBERS
+
+        # Defence in depth: a batch size of 0 would scan nothing and still mark the library scanned.
+        self.batch_size = BATCH_SIZE.check(batch_size)
+        self.decode_workers = SETTINGS_NUMBERS["decode_workers"][0].check(decode_workers)
         self._model_thread: ThreadPoolExecutor | None = None  # created on first use
 
     # -- the job ------------------------------------------------------------

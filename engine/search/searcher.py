@@ -13,6 +13,7 @@ from engine.errors import DecodeError, QueryError
 from engine.index.store import IndexStore
 from engine.indexing.decode import decode_image
 from engine.models.base import Embedder
+from engine.options import RERANK_K, TOP_K, token_budget_for
 from engine.types import SearchHit, SearchResult
 
 DEFAULT_TOP_K = 20
@@ -69,12 +70,15 @@ class Searcher:
 
         t0 = time.perf_counter()
         query = clean_query(text)
-        budget = min(max_tokens or self.embedder.default_text_tokens, self.embedder.max_text_tokens)
+        budget = token_budget_for(max_tokens, self.embedder.default_text_tokens, self.embedder.max_text_tokens,
+                                  self.embedder.model_id)
+        if rerank is not False:
+            RERANK_K.check(rerank_k)
         total = self.embedder.token_count(query)
         vec = self.embedder.encode_texts([query], max_tokens=budget)[0]
         t1 = time.perf_counter()
         available, reason = rerank_support(self.embedder) if rerank is not False else (False, "")
-        do_rerank = available and rerank is not False and rerank_k > 0
+        do_rerank = available and rerank is not False
         result = self.search_vector(vec, max(top_k, rerank_k) if do_rerank else top_k, flt)
         result.tokens_total = total
         result.tokens_used = min(total, budget)
@@ -124,8 +128,7 @@ class Searcher:
         return result
 
     def search_vector(self, vec: np.ndarray, top_k: int, flt: ImageFilter | None = None) -> SearchResult:
-        if top_k < 1:
-            raise QueryError("--top must be at least 1")
+        TOP_K.check(top_k)
         # Only vectors of this exact model identity are searched: vectors of a replaced model with
         # the same name live under another key and are never served.
         identity = self.embedder.identity

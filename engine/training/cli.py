@@ -15,19 +15,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine import options
 from engine.errors import LonglensError
+
+TRAIN_BATCH = options.count("batch size", 1, 65536)
+GRAD_ACCUM = options.count("gradient accumulation steps", 1, 4096)
+CHECKPOINT_EVERY = options.count("steps between checkpoints", 0, 1_000_000_000)
+PROBLEM_LIMIT = options.count("number of problems to print", 0, 1_000_000_000)
 
 
 def _grad_accum(value: str) -> int | str:
-    if value == "auto":
-        return value
+    if value.strip() == "auto":
+        return "auto"
     try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a positive integer or 'auto'") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("expected a positive integer or 'auto'")
-    return n
+        return GRAD_ACCUM.parse(value)
+    except options.OptionError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or 'auto')") from None
+
+
+_grad_accum.number = GRAD_ACCUM  # type: ignore[attr-defined]  # its range, for the option tests
 
 
 def register(sub: Any) -> None:
@@ -42,18 +48,18 @@ def register(sub: Any) -> None:
     tp.add_argument("--data", type=Path, help="training JSONL (docs/training.md, 'Data format')")
     tp.add_argument("--base", help="installed model name or model folder to start from")
     tp.add_argument("--out", type=Path, help="output folder (text-tower override + checkpoints)")
-    tp.add_argument("--epochs", type=int)
-    tp.add_argument("--lr", type=float)
-    tp.add_argument("--batch-size", type=int)
+    tp.add_argument("--epochs", type=options.EPOCHS)
+    tp.add_argument("--lr", type=options.LEARNING_RATE)
+    tp.add_argument("--batch-size", type=TRAIN_BATCH)
     tp.add_argument("--grad-accum", type=_grad_accum, default="auto",
                     help="micro-batches per batch (gradient caching: same result as one batch); "
                     "'auto' (default) starts at the config's value and doubles on a GPU out-of-memory error")
-    tp.add_argument("--seed", type=int)
-    tp.add_argument("--warmup-steps", type=int)
-    tp.add_argument("--temperature", type=float)
+    tp.add_argument("--seed", type=options.SEED)
+    tp.add_argument("--warmup-steps", type=options.STEPS)
+    tp.add_argument("--temperature", type=options.TEMPERATURE)
     tp.add_argument("--init-text-tower", type=Path, help="start from this text-tower override instead of the base's")
     tp.add_argument("--cache", type=Path, help="embedding cache folder (default: under the Longlens cache)")
-    tp.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints (0: only at the end)")
+    tp.add_argument("--checkpoint-every", type=CHECKPOINT_EVERY, default=500, help="steps between checkpoints (0: only at the end)")
     tp.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     tp.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     tp.add_argument("--strict", action="store_true", help="abort on the first bad data line instead of skipping it")
@@ -67,8 +73,8 @@ def register(sub: Any) -> None:
     tc.add_argument("--base", required=True, help="installed model name or model folder")
     tc.add_argument("--out", type=Path, help="cache folder (default: the one `longlens train` uses)")
     tc.add_argument("--device", default="auto")
-    tc.add_argument("--batch-size", type=int, default=64)
-    tc.add_argument("--workers", type=int, default=4, help="decoding threads")
+    tc.add_argument("--batch-size", type=options.BATCH_SIZE, default=64)
+    tc.add_argument("--workers", type=options.WORKERS, default=4, help="decoding threads")
     tc.add_argument("--strict", action="store_true")
     tc.add_argument("--json", action="store_true")
     tc.add_argument("--quiet", action="store_true")
@@ -79,7 +85,7 @@ def register(sub: Any) -> None:
     tv.add_argument("--config", help="also check what this configuration needs (e.g. C5 needs paragraphs)")
     tv.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
     tv.add_argument("--no-image-check", action="store_true", help="do not check that image files exist")
-    tv.add_argument("--limit", type=int, default=50, help="problems to print (default 50)")
+    tv.add_argument("--limit", type=PROBLEM_LIMIT, default=50, help="problems to print (default 50)")
     tv.add_argument("--json", action="store_true")
     tv.set_defaults(func=cmd_train_validate)
 
@@ -124,6 +130,18 @@ def _drive(make_job: Any, quiet: bool) -> Any:
     return last
 
 
+def _check_train_out(args: argparse.Namespace, out: Path, what: str, kind: str, inputs: list[Path | None]) -> None:
+    """A training folder is extended and resumed, not replaced; it may still be no input of the
+    run (data file, base model folder, tower) and lie in no indexed library."""
+    from engine.outputs import check_output, library_roots
+
+    refs = [p for p in inputs if p is not None]
+    if args.base and Path(args.base).expanduser().exists():
+        refs.append(Path(args.base))
+    check_output(out, what=what, kind=kind, folder=True, resumable=True, inputs=refs,
+                 library_roots=library_roots(args.home))
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from engine.cli import _paths, _print_json
     from engine.training.configs import load_config
@@ -133,6 +151,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if missing:
         raise LonglensError(f"`longlens train` needs {', '.join(missing)} "
                             "(or use `longlens train cache` / `longlens train validate`)")
+    _check_train_out(args, args.out, "training output", "train", [args.data, args.init_text_tower, args.cache])
     fixed_accum = args.grad_accum if isinstance(args.grad_accum, int) else None
     cfg = load_config(args.config, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                       grad_accum=fixed_accum, seed=args.seed, warmup_steps=args.warmup_steps,
@@ -161,6 +180,8 @@ def cmd_train_cache(args: argparse.Namespace) -> int:
     from engine.training.data import format_problems, read_training_jsonl
     from engine.training.run import default_cache_dir
 
+    if args.out is not None:
+        _check_train_out(args, args.out, "embedding cache", "train-cache", [args.data])
     paths = _paths(args).ensure()
     data = read_training_jsonl(args.data, strict=args.strict)
     if data.errors and not args.json:

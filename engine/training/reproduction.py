@@ -24,6 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import options
+from engine.outputs import check_script_output
+
 CONFIGS = tuple(f"C{i}" for i in range(1, 11))
 BASELINE = "BLIP0*"  # the stage-(a) tower, not fine-tuned (BLIP0's role in the paper)
 BUDGETS = (20, 40, 60, 80, 100, 128)
@@ -363,18 +366,24 @@ def write_report(results: dict[str, Any], out: Path, command: str) -> dict[str, 
     return files
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.training.reproduction",
                                  description="Train C1–C10 on SceneWorld and write docs/reproduction.md.")
     ap.add_argument("--base", type=Path, help="base model folder (default: the bundled sceneworld-mini)")
     ap.add_argument("--out", type=Path, default=Path("docs/reproduction.md"))
     ap.add_argument("--work", type=Path, help="trained towers and cached results (default: user cache)")
-    ap.add_argument("--n-train", type=int, default=StudySettings.n_train)
-    ap.add_argument("--epochs", type=int, default=StudySettings.epochs)
-    ap.add_argument("--eval-n", type=int, default=StudySettings.eval_n)
+    ap.add_argument("--n-train", type=options.SCENES, default=StudySettings.n_train)
+    ap.add_argument("--epochs", type=options.EPOCHS, default=StudySettings.epochs)
+    ap.add_argument("--eval-n", type=options.SCENES, default=StudySettings.eval_n)
     ap.add_argument("--no-ablations", action="store_true", help="only C1–C10")
     ap.add_argument("--quick", action="store_true", help="a tiny run to check the pipeline (minutes)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="report", inputs=[args.base] if args.base else [])
     from engine.config import get_paths
     from engine.models.registry import bundled_model_dir
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from engine import options
 from engine.models.demo import (
     MiniConfig,
     SceneWorldMini,
@@ -33,6 +34,7 @@ from engine.models.demo import (
     save_text_tower,
     tokenize,
 )
+from engine.outputs import check_script_output
 from engine.training.configs import PRESETS, TrainConfig
 from engine.training.trainer import Example, Trainer
 
@@ -195,17 +197,22 @@ def train(
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine.training.sceneworld_mini", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-train", type=int, default=20000)
-    ap.add_argument("--epochs-a", type=int, default=12)
-    ap.add_argument("--epochs-b", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=128)
-    args = ap.parse_args(argv)
-    if args.seed >= 1000:
-        ap.error("training seeds must be < 1000 (seeds ≥ 1000 are reserved for evaluation)")
+    # Seeds of 1000 and up are reserved for evaluation scenes.
+    ap.add_argument("--seed", type=options.count("training seed (1000 and up are reserved for evaluation)", 0, 999), default=0)
+    ap.add_argument("--n-train", type=options.SCENES, default=20000)
+    ap.add_argument("--epochs-a", type=options.EPOCHS, default=12)
+    ap.add_argument("--epochs-b", type=options.EPOCHS, default=8)
+    ap.add_argument("--batch-size", type=options.count("batch size", 1, 65536), default=128)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="model folder", folder=True, resumable=True)
     torch.set_num_threads(max(torch.get_num_threads(), 1))
     report = train(args.out, seed=args.seed, n_train=args.n_train, epochs_a=args.epochs_a,
                    epochs_b=args.epochs_b, batch_size=args.batch_size)

@@ -32,6 +32,13 @@ def test_cut_marks_the_first_unread_word(embedder):
     assert embedder.token_count(clean_query(text[:next_end])) > 32
 
 
-def test_budget_is_clamped_to_the_model(embedder):
-    b = token_budget(embedder, "word " * 2000, max_tokens=10_000)
+def test_budget_over_the_model_is_refused_not_clamped(embedder):
+    # Issue 16 item 8: a budget the model cannot take used to be clamped silently to its maximum.
+    from engine.options import OptionError
+
+    b = token_budget(embedder, "word " * 2000, max_tokens=embedder.max_text_tokens)
     assert b.budget == embedder.max_text_tokens and b.truncated
+    with pytest.raises(OptionError, match="token budget must be at most"):
+        token_budget(embedder, "word " * 2000, max_tokens=10_000)
+    with pytest.raises(OptionError, match="token budget must be at most"):
+        token_budget(embedder, "word " * 2000, max_tokens=embedder.max_text_tokens + 1)
