@@ -237,15 +237,41 @@ def cmd_libraries(args: argparse.Namespace) -> int:
     with _services(args) as svc:
         rows = []
         for lib in svc.catalog.libraries():
-            rows.append({"id": lib.id, "root": lib.root, "status": lib.status,
-                         "counts": svc.catalog.status_counts(lib.id)})
+            state = svc.catalog.library_state(lib.id)
+            rows.append({"id": lib.id, "root": lib.root, "status": lib.status, "state": state.label,
+                         "pending": state.pending, "counts": svc.catalog.status_counts(lib.id)})
         if args.json:
             _print_json(rows)
         else:
             for r in rows:
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(r["counts"].items())) or "empty"
-                print(f"{r['id']:3}  {r['status']:8} {r['root']}  ({counts})")
+                print(f"{r['id']:3}  {r['state']:8} {r['root']}  ({counts})")
     return 0
+
+
+def cmd_check_catalog(args: argparse.Namespace) -> int:
+    from engine.catalog.repair import check_catalog, rebuild_catalog
+
+    path = _paths(args).catalog
+    report = check_catalog(path)
+    if not report.ok and args.rebuild:
+        rebuilt = rebuild_catalog(path)
+        if args.json:
+            _print_json({"catalog": str(path), "ok": False, "problems": report.problems,
+                         "rebuilt": dataclasses.asdict(rebuilt)})
+        else:
+            print(report.text())
+            print(rebuilt.text())
+        return 0
+    if args.json:
+        _print_json({"catalog": str(path), "ok": report.ok, "problems": report.problems})
+    else:
+        print(report.text())
+        if not report.ok:
+            print("To recover: restore a backup of the catalog, or run `longlens check-catalog --rebuild` "
+                  "to copy every readable row into a new catalog (the damaged file is kept beside it) and "
+                  "then re-index the libraries to restore what was lost.")
+    return 0 if report.ok else 1
 
 
 def launch_gui(argv: Sequence[str] = ()) -> int:
@@ -366,6 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
     sl = sub.add_parser("libraries", help="list indexed folders and their status")
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(func=cmd_libraries)
+
+    sc = sub.add_parser("check-catalog", help="run SQLite's full integrity check on the catalog; "
+                        "--rebuild recovers a damaged one")
+    sc.add_argument("--rebuild", action="store_true",
+                    help="when damaged: copy every readable row into a fresh catalog and swap it in, "
+                         "keeping the damaged file beside it as catalog.sqlite3.damaged-<time>")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=cmd_check_catalog)
 
     sg = sub.add_parser("gui", help="open the desktop app")
     sg.add_argument("--model", help="model to search with (default: the settings' model)")
