@@ -63,14 +63,34 @@ def drive(job: Iterator[Progress], *, quiet: bool, unit: str = "img") -> Progres
 
 
 def _run_cancellable(make_job, quiet: bool, unit: str = "img") -> Progress | None:
+    """Run a job; the first Ctrl+C cancels it cleanly, a second one interrupts at once.
+
+    A KeyboardInterrupt raised inside the job's generator would end the generator there, so its
+    cancel path (commit what it has, record the library as partly indexed, save the index) would
+    never run: the first Ctrl+C only sets the cancel token, which the job checks while it works.
+    """
+    import signal
+    import threading
+
     token = CancelToken()
     job = make_job(token)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigint(_sig: int, _frame: object) -> None:
+            if token.cancelled:
+                raise KeyboardInterrupt
+            token.cancel()
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         return drive(job, quiet=quiet, unit=unit)
     except KeyboardInterrupt:
         token.cancel()
         # Let the job reach its next checkpoint, commit what it has and save the index.
         return drive(job, quiet=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 # -- commands ---------------------------------------------------------------------

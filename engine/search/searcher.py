@@ -166,5 +166,7 @@ class Searcher:
                 )
             )
         t2 = time.perf_counter()
-        return SearchResult(hits=hits, model_id=model_id, timings_ms={"ann": (t1 - t0) * 1000,
-                                                                       "catalog": (t2 - t1) * 1000})
+        # What opening the indexes found (rebuilt, reconciled, not savable, catalog damaged) is news.
+        notes, self.store.notes[:] = list(self.store.notes), []
+        return SearchResult(hits=hits, model_id=model_id, notes=notes,
+                            timings_ms={"ann": (t1 - t0) * 1000, "catalog": (t2 - t1) * 1000})
