@@ -258,6 +258,9 @@ def inspect_catalog(path: Path, budget_s: float = QUICK_CHECK_BUDGET_S) -> Catal
                 if "interrupt" in str(exc):
                     return CatalogHealth(version=version, checked=False)
                 raise
+            except sqlite3.DatabaseError as exc:
+                # The check itself tripped over a damaged page: that is its finding.
+                return CatalogHealth(version=version, damage=str(exc))
     except sqlite3.DatabaseError as exc:
         # The header is SQLite's but the file cannot be read (e.g. a damaged schema page).
         raise CatalogDamagedError(damaged_message(path, str(exc))) from None

@@ -21,6 +21,7 @@ from engine.errors import CatalogError
 MAX_REPORTED_PROBLEMS = 100
 # Past an unreadable page, the copy tries rowids this much further on, doubling each time.
 MAX_ROWID_JUMP = 1 << 62
+LIBRARY_TABLES = {"libraries", "images", "embeddings"}
 
 
 @dataclass
@@ -41,21 +42,29 @@ class RebuildReport:
     catalog: str
     damaged_copy: str  # the damaged file, kept under this name
     copied: dict[str, int] = field(default_factory=dict)  # table -> rows copied
-    unreadable_spans: int = 0  # places where rows could not be read and were skipped
-    orphans_removed: int = 0  # rows whose parent row was lost (an embedding of a lost image, ...)
+    unreadable: dict[str, int] = field(default_factory=dict)  # table -> stretches of rows skipped
+    orphans_removed: dict[str, int] = field(default_factory=dict)  # table -> rows whose parent was lost
 
     @property
     def lost_rows(self) -> bool:
-        return bool(self.unreadable_spans or self.orphans_removed)
+        return bool(self.unreadable or self.orphans_removed)
+
+    @property
+    def libraries_incomplete(self) -> bool:
+        """Rows of libraries, images or vectors were lost: the libraries must be indexed again."""
+        lost = set(self.unreadable) | set(self.orphans_removed)
+        return bool(lost & LIBRARY_TABLES)
 
     def text(self) -> str:
         copied = ", ".join(f"{t} {n}" for t, n in self.copied.items())
         lines = [f"rebuilt {self.catalog} from every readable row ({copied})",
                  f"  the damaged file is kept as {self.damaged_copy}"]
-        if self.lost_rows:
-            lines.append(f"  {self.unreadable_spans} unreadable stretch(es) skipped, {self.orphans_removed} "
-                         "orphaned row(s) dropped; every library is marked partly indexed: index them again "
-                         "to restore what was lost")
+        for table, n in self.unreadable.items():
+            lines.append(f"  {table}: {n} unreadable stretch(es) of rows skipped")
+        for table, n in self.orphans_removed.items():
+            lines.append(f"  {table}: {n} row(s) dropped whose parent row was lost")
+        if self.libraries_incomplete:
+            lines.append("  every library is marked partly indexed: index them again to restore what was lost")
         return "\n".join(lines)
 
 
@@ -109,7 +118,7 @@ def rebuild_catalog(path: Path) -> RebuildReport:
             if kind == "table":
                 report.copied[name] = _copy_rows(src, dst, name, report)
         report.orphans_removed = _drop_orphans(dst)
-        if report.lost_rows and "libraries" in report.copied:
+        if report.libraries_incomplete and "libraries" in report.copied:
             dst.execute("UPDATE libraries SET status = 'partial'")
         dst.execute(f"PRAGMA user_version={min(max(version, 0), SCHEMA_VERSION)}")
         dst.execute("COMMIT")
@@ -148,20 +157,21 @@ def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection, table: str, rep
                 jump = 1
             return copied
         except sqlite3.DatabaseError:
-            report.unreadable_spans += 1 if jump == 1 else 0
+            if jump == 1:
+                report.unreadable[table] = report.unreadable.get(table, 0) + 1
             if jump > MAX_ROWID_JUMP or after > (1 << 63) - 1 - jump:
                 return copied
             after += jump
             jump *= 2
 
 
-def _drop_orphans(dst: sqlite3.Connection) -> int:
+def _drop_orphans(dst: sqlite3.Connection) -> dict[str, int]:
     """Delete rows whose parent row was lost, until none are left (cascades through levels)."""
-    removed = 0
+    removed: dict[str, int] = {}
     while True:
         orphans = dst.execute("PRAGMA foreign_key_check").fetchall()
         if not orphans:
             return removed
         for table, rowid, _parent, _fk in orphans:
             dst.execute(f'DELETE FROM "{table}" WHERE rowid = ?', (rowid,))
-            removed += 1
+            removed[table] = removed.get(table, 0) + 1

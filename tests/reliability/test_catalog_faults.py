@@ -246,12 +246,12 @@ def test_cancelled_engine_run_reports_pending_to_the_gui_facade(home, paths, pho
 
 
 # -- item 14: a damaged catalog is found when opened for writing -----------------------------------
-def _corrupt_images_table(catalog: Path) -> None:
-    """Overwrite the images table's root page with garbage, as a bad sector or a stray write would."""
+def _corrupt_table_page(catalog: Path, table: str) -> None:
+    """Overwrite a table's root page with garbage, as a bad sector or a stray write would."""
     con = sqlite3.connect(catalog)
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     page_size = con.execute("PRAGMA page_size").fetchone()[0]
-    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'images'").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
     con.close()
     with open(catalog, "r+b") as f:
         f.seek((root - 1) * page_size)
@@ -265,30 +265,43 @@ def _corrupt_images_table(catalog: Path) -> None:
         con.close()
 
 
-def test_damaged_catalog_is_refused_for_writing_with_the_way_out(home, paths, cli, photos):
+@pytest.mark.parametrize("table", [
+    # Never read by index or search: before the fix both went on with exit 0 over the damage.
+    "review_sessions",
+    # Read by both: a search that trips over the damage says what to do.
+    "images",
+])
+def test_damaged_catalog_is_refused_for_writing_with_the_way_out(table, home, paths, cli, photos):
     assert cli.json("index", str(photos), "--model", TINY_MODEL)["new"] > 0
-    _corrupt_images_table(paths.catalog)
+    _corrupt_table_page(paths.catalog, table)
     before = sha256(paths.catalog)
+    listing = folder_listing(paths.catalog.parent)
     (photos / "added.jpg").write_bytes((photos / "sample_000.jpg").read_bytes() + b"changed")
     rc, _, err = cli("index", str(photos), "--model", TINY_MODEL)
     assert rc == 2, err
     assert "is damaged" in err and str(paths.catalog) in err and "check-catalog" in err
-    rc, _, err = cli("search", "a photo", "--model", TINY_MODEL)
-    assert rc == 2 and "is damaged" in err  # never a silent exit 0 over a damaged catalog
+    assert "nothing was written" in err
+    rc, out, err = cli("search", "a photo", "--model", TINY_MODEL)
+    if table == "images":
+        assert rc == 2 and "is damaged" in err and "check-catalog" in err
+    else:  # readable parts can still be searched, with the damage said out loud
+        assert rc == 0 and "is damaged" in err and "check-catalog" in err
     assert sha256(paths.catalog) == before
+    assert folder_listing(paths.catalog.parent) == listing
 
     rc, out, _ = cli("check-catalog")
     assert rc == 1 and "DAMAGED" in out and "--rebuild" in out
     assert sha256(paths.catalog) == before
     rc, out, err = cli("check-catalog", "--rebuild")
     assert rc == 0, err
+    assert f"{table}: 1 unreadable stretch" in out
     (kept,) = list(paths.catalog.parent.glob("catalog.sqlite3.damaged-*[0-9]"))
     assert sha256(kept) == before  # the damaged file is kept, untouched
     rc, out, _ = cli("check-catalog")
     assert rc == 0 and "integrity check ok" in out
     (lib,) = cli.json("libraries")
-    assert lib["status"] == "partial"
-    # Re-indexing restores every file.
+    assert lib["status"] == ("partial" if table == "images" else "online")
+    # Indexing works again and restores every file.
     summary = cli.json("index", str(photos), "--model", TINY_MODEL)
     n_files = sum(1 for p in photos.rglob("*") if p.is_file())
     (lib,) = cli.json("libraries")
