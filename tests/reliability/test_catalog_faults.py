@@ -308,3 +308,14 @@ def test_damaged_catalog_is_refused_for_writing_with_the_way_out(table, home, pa
     assert lib["counts"].get("ok", 0) + lib["counts"].get("unreadable", 0) == n_files, summary
     assert lib["state"] == "indexed"
     assert len(cli.json("search", "a photo", "--model", TINY_MODEL)["results"]) > 0
+
+
+def test_thumbnail_cache_folder_in_the_way_still_gives_thumbnails(tmp_path, sample_master):
+    """The sibling under the cache folder: derived data that cannot be stored costs the cache entry only."""
+    from engine.thumbnails import ThumbnailCache, make_thumbnail
+
+    folder = tmp_path / "thumbnails"
+    folder.write_text("in the way")
+    image = make_thumbnail(sample_master / "sample_000.jpg", 64, ThumbnailCache(folder))
+    assert 0 < max(image.size) <= 64
+    assert folder.read_text() == "in the way"
