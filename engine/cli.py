@@ -185,6 +185,9 @@ def cmd_index(args: argparse.Namespace) -> int:
         summaries = []
         for folder in args.paths:
             last = _run_cancellable(lambda tok, f=folder: indexer.run(f, cancel=tok), quiet=args.json or args.quiet)
+            if last is None or "summary" not in last.extra:
+                # A second Ctrl+C stopped the run before it could report; committed batches are kept.
+                raise JobCancelled("interrupted; committed batches are kept, run again to resume")
             summary = last.extra["summary"].as_dict()
             summaries.append(summary)
             if not args.json:

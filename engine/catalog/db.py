@@ -34,7 +34,7 @@ SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 30.0
 # The quick check at open must stay cheap on a large catalog: it stops after this long and the
 # catalog is then used unchecked (the full check is `longlens check-catalog`).
-QUICK_CHECK_BUDGET_S = 2.0
+QUICK_CHECK_BUDGET_S = 1.0
 QUICK_CHECK_MAX_ERRORS = 5
 SQLITE_MAGIC = b"SQLite format 3\x00"
 

@@ -82,13 +82,16 @@ def _files(root: Path) -> list[Path]:
 
 def _mutate(root: Path, pool: list[bytes], stop: threading.Event, log: list[str], seed: int,
             mutations: int) -> None:
-    """Add, rename, overwrite, truncate and delete files while the indexers run (bounded)."""
+    """Add, rename, replace, overwrite, truncate and delete files while the indexers run (bounded)."""
     rng = random.Random(seed)
     for i in range(mutations):
         if stop.is_set():
             return
         files = _files(root)
-        op = rng.choice(["add", "rename", "overwrite", "truncate", "delete"])
+        # "replace" renames a file onto another one's path: the indexer that sees it first moves the
+        # row of the vanished file there and hard-deletes the row that held the path, while another
+        # indexer may still be writing that row (the FOREIGN KEY race).
+        op = rng.choice(["add", "rename", "replace", "replace", "overwrite", "truncate", "delete"])
         try:
             if op == "add" or not files:
                 (root / f"added_{i:03d}.jpg").write_bytes(rng.choice(pool) + f"#{i}".encode())
@@ -96,6 +99,8 @@ def _mutate(root: Path, pool: list[bytes], stop: threading.Event, log: list[str]
                 victim = rng.choice(files)
                 if op == "rename":
                     victim.rename(victim.with_name(f"renamed_{i:03d}{victim.suffix}"))
+                elif op == "replace":
+                    os.replace(victim, rng.choice([f for f in files if f != victim] or [victim]))
                 elif op == "overwrite":
                     victim.write_bytes(rng.choice(pool) + f"@{i}".encode())
                 elif op == "truncate":
