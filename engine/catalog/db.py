@@ -149,12 +149,23 @@ MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2}
 
 def read_only_uri(path: Path) -> str:
     """A `file:` URI opening `path` read-only. Path.as_uri percent-encodes every character that
-    means something in a URI (? # % & ; spaces, newlines), so any legal path works. Without a
-    -wal file nobody has the catalog open (WAL mode keeps it while a connection lives), so it is
-    opened immutable: SQLite then creates no -wal/-shm file and changes nothing on disk."""
-    wal = Path(f"{path}-wal")
-    immutable = not (wal.exists() and wal.stat().st_size > 0)
-    return Path(path).absolute().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+    means something in a URI (? # % & ; spaces, newlines), so any legal path works. With no -wal
+    and no -shm file nobody has the catalog open (WAL mode keeps them while a connection lives),
+    so it is opened immutable: SQLite then creates no file and changes nothing on disk."""
+    in_use = any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm"))
+    return Path(path).absolute().as_uri() + ("?mode=ro" if in_use else "?mode=ro&immutable=1")
+
+
+def _file_state(path: Path) -> tuple:
+    """What changes when another process writes the catalog (an immutable read takes no locks)."""
+    out: list = []
+    for p in (Path(path), Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            st = p.stat()
+            out.append((st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:
@@ -246,6 +257,16 @@ def inspect_catalog(path: Path, budget_s: float = QUICK_CHECK_BUDGET_S) -> Catal
             f"{path} is not a Longlens catalog (not an SQLite database); it was not modified. "
             f"Move it away or restore a backup of it"
         )
+    for _attempt in range(3):
+        before = _file_state(path)
+        health = _read_health(path, budget_s)
+        # An immutable read takes no locks: if another process wrote meanwhile, look again.
+        if _file_state(path) == before:
+            return health
+    return CatalogHealth(version=health.version, checked=False)
+
+
+def _read_health(path: Path, budget_s: float) -> CatalogHealth:
     try:
         with closing(connect_read_only(path)) as con:
             version = int(con.execute("PRAGMA user_version").fetchone()[0])
