@@ -259,9 +259,11 @@ def inspect_catalog(path: Path, budget_s: float = QUICK_CHECK_BUDGET_S) -> Catal
         )
     for _attempt in range(3):
         before = _file_state(path)
+        immutable = read_only_uri(path).endswith("immutable=1")
         health = _read_health(path, budget_s)
         # An immutable read takes no locks: if another process wrote meanwhile, look again.
-        if _file_state(path) == before:
+        # (A locked read is consistent by itself; it may touch -shm, which is not a write.)
+        if not immutable or _file_state(path) == before:
             return health
     return CatalogHealth(version=health.version, checked=False)
 

@@ -256,7 +256,7 @@ def _corrupt_table_page(catalog: Path, table: str) -> None:
     with open(catalog, "r+b") as f:
         f.seek((root - 1) * page_size)
         f.write(bytes([0x0D, 0xFF, 0xFF, 0x7F]) + os.urandom(page_size - 4))
-    con = sqlite3.connect(catalog.as_uri() + "?mode=ro", uri=True)
+    con = sqlite3.connect(catalog.as_uri() + "?mode=ro&immutable=1", uri=True)  # leaves no -wal/-shm
     try:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] != "ok"
     except sqlite3.DatabaseError as exc:
@@ -319,3 +319,17 @@ def test_thumbnail_cache_folder_in_the_way_still_gives_thumbnails(tmp_path, samp
     image = make_thumbnail(sample_master / "sample_000.jpg", 64, ThumbnailCache(folder))
     assert 0 < max(image.size) <= 64
     assert folder.read_text() == "in the way"
+
+
+def test_damage_is_found_with_leftover_wal_and_shm_files(home, paths, cli, photos):
+    """A crashed process (or a read-only reader) leaves an empty -wal and a -shm: still checked."""
+    assert cli.json("index", str(photos), "--model", TINY_MODEL)["new"] > 0
+    _corrupt_table_page(paths.catalog, "review_sessions")
+    con = sqlite3.connect(paths.catalog.as_uri() + "?mode=ro", uri=True)
+    con.execute("PRAGMA user_version").fetchone()
+    con.close()
+    assert {"catalog.sqlite3-wal", "catalog.sqlite3-shm"} <= folder_listing(paths.catalog.parent)
+    before = sha256(paths.catalog)
+    rc, _, err = cli("index", str(photos), "--model", TINY_MODEL)
+    assert rc == 2 and "is damaged" in err, err
+    assert sha256(paths.catalog) == before
