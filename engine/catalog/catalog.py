@@ -112,12 +112,15 @@ class LibraryState:
 
     status: str  # online | offline | partial
     pending: int | None  # files a cancelled/interrupted run left to do (partial only; None: unknown)
+    scanned: bool = True  # a run has completed at least once
 
     @property
     def label(self) -> str:
         if self.status == LIBRARY_PARTIAL:
             return "partly indexed" + (f" · {self.pending} pending" if self.pending is not None else "")
-        return {"online": "indexed", "offline": "offline"}.get(self.status, self.status)
+        if self.status == LIBRARY_ONLINE:
+            return "indexed" if self.scanned else "not indexed yet"
+        return self.status
 
 
 class Catalog:
@@ -229,7 +232,7 @@ class Catalog:
         if lib.status == LIBRARY_PARTIAL:
             raw = self.get_meta(PENDING_KEY.format(id=library_id))
             pending = int(raw) if raw is not None and raw.isdigit() else None
-        return LibraryState(lib.status, pending)
+        return LibraryState(lib.status, pending, scanned=lib.last_scan_at is not None)
 
     def remove_library(self, library_id: int) -> None:
         """Forget a library (rows only; files on disk are never touched)."""
