@@ -383,11 +383,17 @@ THUMBNAIL_PX = 256
 class LibraryInfo:
     id: int
     root: str
-    status: str  # "online" | "offline"
+    status: str  # "online" | "offline" | "partial" (the last run did not complete)
     indexed: int
     unreadable: int
     deleted: int
     scanned: bool  # a full scan has completed at least once (else: pending)
+    pending: int | None = None  # partial: files the interrupted run left to index (None: unknown)
+    state: str = ""  # the engine's words for the state, as `longlens libraries` prints them
+
+    @property
+    def partial(self) -> bool:
+        return self.status == "partial"
 
     @property
     def offline(self) -> bool:
@@ -525,11 +531,13 @@ class Backend:
         out = []
         for lib in cat.libraries():
             counts = cat.status_counts(lib.id)
+            state = cat.library_state(lib.id)
             status = lib.status
             if not Path(lib.root).is_dir():
                 status = "offline"  # unmounted since the last scan; nothing is deleted
             out.append(LibraryInfo(lib.id, lib.root, status, counts.get("ok", 0), counts.get("unreadable", 0),
-                                   counts.get("deleted", 0), lib.last_scan_at is not None))
+                                   counts.get("deleted", 0), lib.last_scan_at is not None,
+                                   pending=state.pending, state=state.label))
         return out
 
     def unreadable(self, library_id: int) -> list[tuple[str, str]]:

@@ -64,6 +64,12 @@ def drive(job: Iterator[Progress], *, quiet: bool, unit: str = "img") -> Progres
 
 
 def _run_cancellable(make_job, quiet: bool, unit: str = "img") -> Progress | None:
+    """Run a job; the first Ctrl+C cancels it cleanly, a second one interrupts at once.
+
+    A KeyboardInterrupt raised inside the job's generator would end the generator there, so its
+    cancel path (commit what it has, record the library as partly indexed, save the index) would
+    never run: the first Ctrl+C only sets the cancel token, which the job checks while it works.
+    """
     token = CancelToken()
     job = make_job(token)
     try:
@@ -173,6 +179,9 @@ def cmd_index(args: argparse.Namespace) -> int:
         summaries = []
         for folder in args.paths:
             last = _run_cancellable(lambda tok, f=folder: indexer.run(f, cancel=tok), quiet=args.json or args.quiet)
+            if last is None or "summary" not in last.extra:
+                # A second Ctrl+C stopped the run before it could report; committed batches are kept.
+                raise JobCancelled("interrupted; committed batches are kept, run again to resume")
             summary = last.extra["summary"].as_dict()
             summaries.append(summary)
             if not args.json:
@@ -245,15 +254,41 @@ def cmd_libraries(args: argparse.Namespace) -> int:
     with _services(args) as svc:
         rows = []
         for lib in svc.catalog.libraries():
-            rows.append({"id": lib.id, "root": lib.root, "status": lib.status,
-                         "counts": svc.catalog.status_counts(lib.id)})
+            state = svc.catalog.library_state(lib.id)
+            rows.append({"id": lib.id, "root": lib.root, "status": lib.status, "state": state.label,
+                         "pending": state.pending, "counts": svc.catalog.status_counts(lib.id)})
         if args.json:
             _print_json(rows)
         else:
             for r in rows:
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(r["counts"].items())) or "empty"
-                print(f"{r['id']:3}  {r['status']:8} {r['root']}  ({counts})")
+                print(f"{r['id']:3}  {r['state']:8} {r['root']}  ({counts})")
     return 0
+
+
+def cmd_check_catalog(args: argparse.Namespace) -> int:
+    from engine.catalog.repair import check_catalog, rebuild_catalog
+
+    path = _paths(args).catalog
+    report = check_catalog(path)
+    if not report.ok and args.rebuild:
+        rebuilt = rebuild_catalog(path)
+        if args.json:
+            _print_json({"catalog": str(path), "ok": False, "problems": report.problems,
+                         "rebuilt": dataclasses.asdict(rebuilt)})
+        else:
+            print(report.text())
+            print(rebuilt.text())
+        return 0
+    if args.json:
+        _print_json({"catalog": str(path), "ok": report.ok, "problems": report.problems})
+    else:
+        print(report.text())
+        if not report.ok:
+            print("To recover: restore a backup of the catalog, or run `longlens check-catalog --rebuild` "
+                  "to copy every readable row into a new catalog (the damaged file is kept beside it) and "
+                  "then re-index the libraries to restore what was lost.")
+    return 0 if report.ok else 1
 
 
 def launch_gui(argv: Sequence[str] = ()) -> int:
@@ -374,6 +409,14 @@ def build_parser() -> argparse.ArgumentParser:
     sl = sub.add_parser("libraries", help="list indexed folders and their status")
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(func=cmd_libraries)
+
+    sc = sub.add_parser("check-catalog", help="run SQLite's full integrity check on the catalog; "
+                        "--rebuild recovers a damaged one")
+    sc.add_argument("--rebuild", action="store_true",
+                    help="when damaged: copy every readable row into a fresh catalog and swap it in, "
+                         "keeping the damaged file beside it as catalog.sqlite3.damaged-<time>")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=cmd_check_catalog)
 
     sg = sub.add_parser("gui", help="open the desktop app")
     sg.add_argument("--model", help="model to search with (default: the settings' model)")

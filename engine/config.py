@@ -10,8 +10,21 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.errors import ConfigError
+
 APP_NAME = "Longlens"
 APP_AUTHOR = "Longlens"
+
+
+def ensure_folder(folder: Path) -> None:
+    """mkdir -p, with a message naming the path when a file (not a folder) is in the way."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError(f"{folder} (or a folder above it) is a file, not a folder; move it away "
+                          "and try again") from None
+    except PermissionError:
+        raise ConfigError(f"cannot create the folder {folder}: permission denied") from None
 
 
 @dataclass(frozen=True)
@@ -35,7 +48,7 @@ class Paths:
 
     def ensure(self) -> Paths:
         for p in (self.data, self.cache, self.config, self.models, self.indexes):
-            p.mkdir(parents=True, exist_ok=True)
+            ensure_folder(p)
         return self
 
     def as_dict(self) -> dict[str, str]:

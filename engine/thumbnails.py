@@ -11,6 +11,7 @@ writes next to the photos (the originals are never touched).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -74,13 +75,16 @@ class ThumbnailCache:
         return image
 
     def _store(self, f: Path, image: Image.Image) -> None:
-        f.parent.mkdir(parents=True, exist_ok=True)
         tmp = f.with_name(f".{f.name}.{threading.get_ident()}.tmp")
         try:
+            # Inside the try: a cache folder that cannot be created (read-only, a file in the
+            # way) costs the cache entry, like a full disk, never the thumbnail.
+            f.parent.mkdir(parents=True, exist_ok=True)
             image.save(tmp, "JPEG", quality=_JPEG_QUALITY)
             os.replace(tmp, f)
         except OSError:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             return  # a full disk costs the cache entry, not the thumbnail
         with self._lock:
             if self._total is None:

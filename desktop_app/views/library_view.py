@@ -98,6 +98,9 @@ def describe(info: LibraryInfo, queued: bool) -> str:
         state = "Offline (missing or unmounted; nothing removed)"
     elif queued:
         state = "Indexing…"
+    elif info.partial:
+        # A cancelled or interrupted run: the engine's words ("partly indexed · N pending").
+        state = info.state[:1].upper() + info.state[1:]
     elif not info.scanned:
         state = "Pending: not fully indexed"
     else:

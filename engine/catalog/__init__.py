@@ -1,6 +1,23 @@
 """The SQLite catalog (SQLAlchemy 2 Core)."""
 
-from engine.catalog.catalog import Catalog, ImageFilter, ImageWrite, open_catalog
-from engine.catalog.db import SCHEMA_VERSION
+from engine.catalog.catalog import (
+    LIBRARY_PARTIAL,
+    Catalog,
+    ImageFilter,
+    ImageWrite,
+    LibraryState,
+    open_catalog,
+)
+from engine.catalog.db import SCHEMA_VERSION, CatalogConflictError, CatalogDamagedError
 
-__all__ = ["SCHEMA_VERSION", "Catalog", "ImageFilter", "ImageWrite", "open_catalog"]
+__all__ = [
+    "LIBRARY_PARTIAL",
+    "SCHEMA_VERSION",
+    "Catalog",
+    "CatalogConflictError",
+    "CatalogDamagedError",
+    "ImageFilter",
+    "ImageWrite",
+    "LibraryState",
+    "open_catalog",
+]

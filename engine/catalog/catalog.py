@@ -12,7 +12,16 @@ import numpy as np
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
 
 from engine.catalog import paths as dbpaths
-from engine.catalog.db import create_catalog_engine, migrate, sqlite_errors
+from engine.catalog.db import (
+    SCHEMA_VERSION,
+    CatalogConflictError,
+    CatalogDamagedError,
+    create_catalog_engine,
+    damaged_message,
+    inspect_catalog,
+    migrate,
+    sqlite_errors,
+)
 from engine.catalog.schema import embeddings, images, libraries, meta
 from engine.errors import CatalogError
 from engine.types import (
@@ -89,15 +98,53 @@ def blob_to_vector(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype="<f4").astype(np.float32)
 
 
+# A library whose last indexing run did not complete (cancelled, killed, or still running): some
+# files may not be in the catalog yet. Its pending count is kept in meta under PENDING_KEY.
+LIBRARY_PARTIAL = "partial"
+PENDING_KEY = "library.{id}.pending"
+# write_batch re-runs a batch that lost a race with another process's hard delete this often.
+WRITE_BATCH_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class LibraryState:
+    """A library's state as both front ends show it."""
+
+    status: str  # online | offline | partial
+    pending: int | None  # files a cancelled/interrupted run left to do (partial only; None: unknown)
+    scanned: bool = True  # a run has completed at least once
+
+    @property
+    def label(self) -> str:
+        if self.status == LIBRARY_PARTIAL:
+            return "partly indexed" + (f" · {self.pending} pending" if self.pending is not None else "")
+        if self.status == LIBRARY_ONLINE:
+            return "indexed" if self.scanned else "not indexed yet"
+        return self.status
+
+
 class Catalog:
-    """The SQLite catalog: libraries, images, embeddings (every vector lives here)."""
+    """The SQLite catalog: libraries, images, embeddings (every vector lives here).
+
+    Opening it first looks at the file read-only (version, a time-bounded quick_check): a catalog
+    that is refused stays byte-identical, and a damaged one is opened read-only (`damage` says
+    why) so it can still be searched but every write is refused with the way out.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.engine = create_catalog_engine(self.path)
+        health = inspect_catalog(self.path)
+        self.damage: str | None = damaged_message(self.path, health.damage) if health.damage else None
+        self.quick_checked = health.checked
+        self.engine = create_catalog_engine(self.path, read_only=self.damage is not None)
         self._writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
-        with sqlite_errors(self.path):
-            self.backup_path = migrate(self.engine, self.path)
+        self.backup_path: Path | None = None
+        if self.damage is None:
+            with sqlite_errors(self.path):
+                self.backup_path = migrate(self.engine, self.path)
+        elif health.version != SCHEMA_VERSION:
+            self.engine.dispose()
+            raise CatalogDamagedError(self.damage)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -116,6 +163,8 @@ class Catalog:
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE); committed on success, rolled back on error."""
+        if self.damage is not None:
+            raise CatalogDamagedError(self.damage)
         with sqlite_errors(self.path), self._writer.connect() as conn, conn.begin():
             yield conn
 
@@ -163,17 +212,33 @@ class Catalog:
             row = conn.execute(select(libraries).where(libraries.c.root == root_s)).first()
         return _row_to_library(row) if row else None
 
-    def set_library_status(self, library_id: int, status: str, scanned: bool = False) -> None:
+    def set_library_status(
+        self, library_id: int, status: str, scanned: bool = False, pending: int | None = None
+    ) -> None:
+        """Set a library's status; `pending` (for LIBRARY_PARTIAL) is the files left to index."""
         values: dict = {"status": status}
         if scanned:
             values["last_scan_at"] = time.time()
+        key = PENDING_KEY.format(id=library_id)
         with self.write() as conn:
             conn.execute(update(libraries).where(libraries.c.id == library_id).values(**values))
+            conn.execute(delete(meta).where(meta.c.key == key))
+            if status == LIBRARY_PARTIAL and pending is not None:
+                conn.execute(insert(meta).values(key=key, value=str(int(pending))))
+
+    def library_state(self, library_id: int) -> LibraryState:
+        lib = self.library(library_id)
+        pending = None
+        if lib.status == LIBRARY_PARTIAL:
+            raw = self.get_meta(PENDING_KEY.format(id=library_id))
+            pending = int(raw) if raw is not None and raw.isdigit() else None
+        return LibraryState(lib.status, pending, scanned=lib.last_scan_at is not None)
 
     def remove_library(self, library_id: int) -> None:
         """Forget a library (rows only; files on disk are never touched)."""
         with self.write() as conn:
             conn.execute(delete(libraries).where(libraries.c.id == library_id))
+            conn.execute(delete(meta).where(meta.c.key == PENDING_KEY.format(id=library_id)))
 
     # -- images -------------------------------------------------------------
     def image_records(self, library_id: int) -> list[ImageRecord]:
@@ -276,14 +341,38 @@ class Catalog:
 
         A crash loses at most this batch: either all its rows and vectors are committed or none.
         """
+        for attempt in range(1, WRITE_BATCH_ATTEMPTS + 1):
+            try:
+                return self._write_batch_once(model_id, writes, deleted_ids)
+            except CatalogConflictError:
+                # Rolled back whole; the re-run re-checks every row inside its transaction.
+                if attempt == WRITE_BATCH_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _write_batch_once(
+        self, model_id: str, writes: Sequence[ImageWrite], deleted_ids: Sequence[int]
+    ) -> list[int]:
         now = time.time()
         out: list[int] = []
         with self.write() as conn:
+            live_libraries = {int(r[0]) for r in conn.execute(select(libraries.c.id))}
             for w in writes:
+                if w.library_id not in live_libraries:
+                    raise CatalogError(
+                        f"library {w.library_id} was removed from the catalog {self.path} while it was "
+                        "being indexed; nothing of this batch was written"
+                    )
                 values = {f: getattr(w, f) for f in _IMAGE_FIELDS}
                 values["rel_path"] = dbpaths.to_db(w.rel_path)
                 values["updated_at"] = now
                 image_id = w.image_id
+                if image_id is not None and conn.execute(
+                    select(images.c.id).where(images.c.id == image_id, images.c.library_id == w.library_id)
+                ).scalar() is None:
+                    # Re-checked inside the write lock: another process hard-deleted the row since
+                    # this batch was classified (it took over the path, or the rows were purged).
+                    image_id = None
                 if image_id is None:
                     # The path may hold a soft-deleted or unreadable row from before: reuse it.
                     image_id = conn.execute(

@@ -10,16 +10,33 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL
 from sqlalchemy.pool import QueuePool
 
+from engine.config import ensure_folder
 from engine.errors import CatalogError, CatalogTooNewError
+
+
+class CatalogDamagedError(CatalogError):
+    """The catalog file fails SQLite's integrity checks; Longlens refuses to write into it."""
+
+
+class CatalogConflictError(CatalogError):
+    """A write lost a race with another process's change; rolled back whole, the catalog is intact."""
+
 
 SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 30.0
+# The quick check at open must stay cheap on a large catalog: it stops after this long and the
+# catalog is then used unchecked (the full check is `longlens check-catalog`).
+QUICK_CHECK_BUDGET_S = 1.0
+QUICK_CHECK_MAX_ERRORS = 5
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Each step's DDL is frozen as literal SQL: schema.py describes the *current* tables for
 # queries and may change, but an old catalog must keep migrating through exactly the
@@ -220,11 +237,47 @@ def _v3(conn: Connection) -> None:
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
 
 
-def create_catalog_engine(path: Path) -> Engine:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def read_only_uri(path: Path) -> str:
+    """A `file:` URI opening `path` read-only. Path.as_uri percent-encodes every character that
+    means something in a URI (? # % & ; spaces, newlines), so any legal path works. With no -wal
+    and no -shm file nobody has the catalog open (WAL mode keeps them while a connection lives),
+    so it is opened immutable: SQLite then creates no file and changes nothing on disk."""
+    in_use = any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm"))
+    return Path(path).absolute().as_uri() + ("?mode=ro" if in_use else "?mode=ro&immutable=1")
+
+
+def _file_state(path: Path) -> tuple:
+    """What changes when another process writes the catalog (an immutable read takes no locks)."""
+    out: list = []
+    for p in (Path(path), Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            st = p.stat()
+            out.append((st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(read_only_uri(path), uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+
+
+def create_catalog_engine(path: Path, *, read_only: bool = False) -> Engine:
+    """The catalog's engine. Connections come from a creator given the path as a plain file
+    name, never a formatted URL, so ? % # & ; and newlines in the path cannot change which file
+    is opened. `read_only`: for a catalog refused for writing (nothing on disk is changed)."""
+    path = Path(path).absolute()
+    if not read_only:
+        ensure_folder(path.parent)
+
+    def connect() -> sqlite3.Connection:
+        if read_only:
+            return connect_read_only(path)
+        return sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+
     engine = create_engine(
-        f"sqlite:///{path}",
-        connect_args={"timeout": BUSY_TIMEOUT_S, "check_same_thread": False},
+        URL.create("sqlite", database=str(path)),
+        creator=connect,
         poolclass=QueuePool,
         pool_size=4,
         max_overflow=8,
@@ -235,8 +288,9 @@ def create_catalog_engine(path: Path) -> Engine:
         # Take transaction control away from the sqlite3 module so our BEGIN is the one used.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
+        if not read_only:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         cur.close()
@@ -247,6 +301,100 @@ def create_catalog_engine(path: Path) -> Engine:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+@dataclass(frozen=True)
+class CatalogHealth:
+    """What a read-only look at a catalog file found, before anything opens it for writing."""
+
+    version: int | None  # None: no catalog yet (missing or empty file)
+    damage: str | None = None  # quick_check's first findings when it failed
+    checked: bool = True  # False when the quick check ran out of its time budget
+
+
+def latest_backup(path: Path) -> Path | None:
+    backups = sorted(Path(path).parent.glob(f"{Path(path).name}.v*.bak"), key=lambda p: p.stat().st_mtime)
+    return backups[-1] if backups else None
+
+
+def damaged_message(path: Path, finding: str) -> str:
+    backup = latest_backup(path)
+    restore = f"restore the backup {backup}, or " if backup else ""
+    return (
+        f"catalog {path} is damaged ({finding}); nothing was written to it. To go on, {restore}run "
+        "`longlens check-catalog` to see the full damage and rebuild a clean catalog from what is readable"
+    )
+
+
+def inspect_catalog(path: Path, budget_s: float = QUICK_CHECK_BUDGET_S) -> CatalogHealth:
+    """Version and a time-bounded PRAGMA quick_check, read through a read-only connection, so a
+    catalog we then refuse (too new, unknown version, not SQLite) stays byte-identical.
+    Raises CatalogError for a file that must not be opened at all."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+    except FileNotFoundError:
+        return CatalogHealth(version=None)
+    except IsADirectoryError:
+        raise CatalogError(f"{path} should be the catalog file but is a folder; move it away") from None
+    except OSError as exc:
+        raise CatalogError(f"cannot read the catalog {path}: {exc.strerror}") from None
+    if not header:
+        return CatalogHealth(version=None)  # SQLite treats an empty file as a new database
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise CatalogError(
+            f"{path} is not a Longlens catalog (not an SQLite database); it was not modified. "
+            f"Move it away or restore a backup of it"
+        )
+    for _attempt in range(3):
+        before = _file_state(path)
+        immutable = read_only_uri(path).endswith("immutable=1")
+        health = _read_health(path, budget_s)
+        # An immutable read takes no locks: if another process wrote meanwhile, look again.
+        # (A locked read is consistent by itself; it may touch -shm, which is not a write.)
+        if not immutable or _file_state(path) == before:
+            return health
+    return CatalogHealth(version=health.version, checked=False)
+
+
+def _read_health(path: Path, budget_s: float) -> CatalogHealth:
+    try:
+        with closing(connect_read_only(path)) as con:
+            version = int(con.execute("PRAGMA user_version").fetchone()[0])
+            check_version(path, version)
+            deadline = time.monotonic() + budget_s
+            con.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+            try:
+                rows = con.execute(f"PRAGMA quick_check({QUICK_CHECK_MAX_ERRORS})").fetchall()
+            except sqlite3.OperationalError as exc:
+                if "interrupt" in str(exc):
+                    return CatalogHealth(version=version, checked=False)
+                raise
+            except sqlite3.DatabaseError as exc:
+                # The check itself tripped over a damaged page: that is its finding.
+                return CatalogHealth(version=version, damage=str(exc))
+    except sqlite3.DatabaseError as exc:
+        # The header is SQLite's but the file cannot be read (e.g. a damaged schema page).
+        raise CatalogDamagedError(damaged_message(path, str(exc))) from None
+    findings = [str(r[0]) for r in rows]
+    if findings == ["ok"]:
+        return CatalogHealth(version=version)
+    return CatalogHealth(version=version, damage="; ".join(findings[:3]))
+
+
+def check_version(path: Path, version: int) -> None:
+    """Refuse a catalog version this Longlens cannot work with (the file is not touched)."""
+    if version > SCHEMA_VERSION:
+        raise CatalogTooNewError(
+            f"{path} was written by a newer Longlens (catalog schema {version}, this version "
+            f"understands up to {SCHEMA_VERSION}). Upgrade Longlens; the catalog was not modified."
+        )
+    if version < 0:
+        raise CatalogError(
+            f"{path} has catalog schema version {version}, which no Longlens writes; the catalog was "
+            f"not modified. Restore a backup of it, or move it away to start a new catalog"
+        )
 
 
 def user_version(conn: Connection) -> int:
@@ -274,16 +422,14 @@ def migrate(engine: Engine, path: Path) -> Path | None:
     writer = engine.execution_options(sqlite_begin="IMMEDIATE")
     with writer.connect() as conn:
         current = user_version(conn)
-    if current > SCHEMA_VERSION:
-        raise CatalogTooNewError(
-            f"{path} was written by a newer Longlens (catalog schema {current}, this version "
-            f"understands up to {SCHEMA_VERSION}). Upgrade Longlens; the catalog was not modified."
-        )
+    check_version(path, current)  # again: another process may have changed it since inspect_catalog
     if current == SCHEMA_VERSION:
         return None
     backup = backup_catalog(engine, path, current) if current > 0 else None
     for target in range(current + 1, SCHEMA_VERSION + 1):
-        step = MIGRATIONS[target]
+        step = MIGRATIONS.get(target)
+        if step is None:
+            raise CatalogError(f"{path}: no migration step to catalog schema {target}; the catalog was not changed")
         with writer.connect() as conn, conn.begin():
             # Re-check inside the write lock: another process may have migrated meanwhile.
             if user_version(conn) >= target:
@@ -293,10 +439,14 @@ def migrate(engine: Engine, path: Path) -> Path | None:
     return backup
 
 
+# sqlite3 messages meaning the file itself is bad (SQLITE_CORRUPT, SQLITE_NOTADB).
+CORRUPTION_MARKS = ("malformed", "not a database", "corrupt")
+
+
 @contextmanager
 def sqlite_errors(path: Path) -> Iterator[None]:
     """Turn low-level SQLite failures into messages naming the catalog file."""
-    from sqlalchemy.exc import DatabaseError, OperationalError
+    from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 
     try:
         yield
@@ -305,6 +455,16 @@ def sqlite_errors(path: Path) -> Iterator[None]:
         if "disk" in msg and "full" in msg:
             raise CatalogError(f"disk full while writing the catalog {path}; nothing was committed") from exc
         raise CatalogError(f"catalog {path}: {msg}") from exc
+    except IntegrityError as exc:
+        # A constraint refused a write (e.g. a row another process deleted meanwhile): the catalog
+        # is fine and the transaction was rolled back whole; it is not "unreadable".
+        msg = str(exc.orig) if exc.orig else str(exc)
+        raise CatalogConflictError(
+            f"catalog {path}: a write conflicted with a concurrent change ({msg}); nothing of it was "
+            "committed and the catalog is intact. Run again"
+        ) from exc
     except DatabaseError as exc:
         msg = str(exc.orig) if exc.orig else str(exc)
-        raise CatalogError(f"catalog {path} is unreadable ({msg})") from exc
+        if any(m in msg for m in CORRUPTION_MARKS):
+            raise CatalogDamagedError(damaged_message(path, msg)) from exc
+        raise CatalogError(f"catalog {path}: {msg}") from exc

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from engine.catalog import Catalog
+from engine.config import ensure_folder
+from engine.errors import LonglensError
 from engine.index.vector_index import VectorIndex
 
 # A save or load writes ".<index file name>.<random>[.hnsw|.load].tmp" next to the index; a process
@@ -37,6 +39,10 @@ def remove_stale_temp_files(path: Path, max_age_s: float = STALE_TEMP_AGE_S) -> 
     return removed
 
 
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
 class IndexStore:
     """Opens indexes lazily; on open, rebuilds from the catalog if the file is bad and
     reconciles with the catalog's ids (a crash can leave the file behind the catalog)."""
@@ -55,7 +61,7 @@ class IndexStore:
             idx = self._open.get(key)
             if idx is not None:
                 return idx
-            self.dir.mkdir(parents=True, exist_ok=True)
+            ensure_folder(self.dir)
             path = index_path(self.dir, library_id, model_id)
             remove_stale_temp_files(path)
             existed = path.exists()
@@ -74,14 +80,29 @@ class IndexStore:
                     f"index for library {library_id} was behind the catalog: "
                     f"{added} added, {removed} removed"
                 )
-                idx.save(path)
+                try:
+                    idx.save(path)
+                except OSError as exc:
+                    # The reconciled index works from memory; the file is derived data and the
+                    # next save (or open) tries again. Searching must not fail for it.
+                    self.notes.append(f"could not save the updated index {path} ({_reason(exc)}); "
+                                      "using it from memory")
+            if self.catalog.damage:
+                self.notes.append(self.catalog.damage)
             self._open[key] = idx
             return idx
 
     def save(self, library_id: int, model_id: str) -> None:
         idx = self._open.get((library_id, model_id))
         if idx is not None:
-            idx.save(index_path(self.dir, library_id, model_id))
+            path = index_path(self.dir, library_id, model_id)
+            try:
+                idx.save(path)
+            except OSError as exc:
+                raise LonglensError(
+                    f"could not save the vector index {path} ({_reason(exc)}); the catalog holds every "
+                    "vector and the index is rebuilt from it once the folder can be written"
+                ) from exc
 
     def drop(self, library_id: int) -> None:
         """Forget a removed library's indexes (the files are derived data)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.catalog import Catalog, ImageWrite
+from engine.catalog import LIBRARY_PARTIAL, Catalog, ImageWrite
 from engine.errors import DecodeError, JobCancelled
 from engine.fileutil import sha256_file
 from engine.index.store import IndexStore
@@ -179,7 +179,8 @@ class Indexer:
         if lib is None:
             lib = self.catalog.add_library(root)
         summary.library_id = lib.id
-        self.catalog.set_library_status(lib.id, LIBRARY_ONLINE)
+        # "partly indexed" until this run completes (_sweep), whether it is cancelled or killed.
+        self.catalog.set_library_status(lib.id, LIBRARY_PARTIAL)
 
         # 1. scan
         entries = yield from scan_entries(root, summary, cancel)
@@ -191,6 +192,7 @@ class Indexer:
 
         # 2. classify against the catalog
         candidates, vanished, movable = self._classify(lib.id, entries, summary)
+        self.catalog.set_library_status(lib.id, LIBRARY_PARTIAL, pending=len(candidates))
         known_hashes = self.catalog.hashes_with_vectors(model_id)
 
         claimed: set[int] = set()  # ids of vanished rows taken over by a moved file
@@ -248,6 +250,8 @@ class Indexer:
         if not summary.cancelled:
             self._sweep(lib.id, index, vanished, claimed, summary)
             self._drop_stale_identities(lib.id, summary)
+        else:
+            self.catalog.set_library_status(lib.id, LIBRARY_PARTIAL, pending=len(candidates) - done)
         self.store.save(lib.id, model_id)
         summary.elapsed_s = time.monotonic() - t0
         msg = "cancelled; committed batches are kept" if summary.cancelled else "indexing complete"

@@ -176,7 +176,9 @@ class Searcher:
                 )
             )
         t2 = time.perf_counter()
-        result = SearchResult(hits=hits, model_id=self.embedder.model_id,
+        # What opening the indexes found (rebuilt, reconciled, not savable, catalog damaged) is news.
+        notes, self.store.notes[:] = list(self.store.notes), []
+        result = SearchResult(hits=hits, model_id=self.embedder.model_id, notes=notes,
                               timings_ms={"ann": (t1 - t0) * 1000, "catalog": (t2 - t1) * 1000})
         if stale_libraries:
             result.notes.append(

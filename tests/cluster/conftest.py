@@ -11,6 +11,7 @@ import pytest
 from engine.config import Paths, get_paths
 from engine.jobs import run_to_end
 from engine.models.download import import_model
+from engine.models.registry import installed_identity
 from engine.samples import make_sample_folder
 from engine.services import Services
 
@@ -86,7 +87,7 @@ def catalog_state(paths: Paths) -> tuple[dict[str, tuple], dict[str, np.ndarray]
     with Services(paths) as svc:
         (lib,) = svc.catalog.libraries()
         recs = svc.catalog.image_records(lib.id)
-        ids, vecs = svc.catalog.all_vectors(lib.id, MODEL)
+        ids, vecs = svc.catalog.all_vectors(lib.id, installed_identity(MODEL, paths).image)
     rel = {r.id: r.rel_path for r in recs}
     rows = {r.rel_path: (r.status, r.reason, r.size, r.mtime_ns, r.content_hash, r.width, r.height, r.exif_date,
                          r.camera_make, r.camera_model, r.orientation) for r in recs}

@@ -195,7 +195,7 @@ def test_cli_moves_and_deletions_follow_local_rules(photos, cluster_home, tmp_pa
     assert (m["moved"], m["deleted"], m["new"], m["unchanged"]) == (1, 1, 0, n - 2)
     with Services(cluster_home) as svc:
         after = {r.rel_path: r for r in svc.catalog.image_records(library.id)}
-        live = svc.catalog.embedded_ids(library.id, MODEL)
+        live = svc.catalog.embedded_ids(library.id, svc.embedder(MODEL).identity)
     assert after["moved-here.jpg"].id == before[moved_from].id and after["moved-here.jpg"].id in live
     assert after[deleted].status == "deleted" and after[deleted].id not in live
     assert moved_from not in after

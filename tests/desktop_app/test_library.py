@@ -180,6 +180,6 @@ def test_cancel_stops_indexing_within_a_second(qtbot, window, tmp_path, heavy_ma
     assert summary.cancelled and 0 < summary.new < 40
     assert stopped_in < 1.0, f"worker took {stopped_in:.2f}s to stop"
     qtbot.waitUntil(lambda: bool(window.library_view.infos))
-    assert "Pending" in window.library_view.item_texts()[0]
+    assert "Partly indexed · " in window.library_view.item_texts()[0]
     assert "cancelled" in window.statusBar().currentMessage().lower()
     assert os.path.isdir(folder)

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _committed(catalog_path: Path) -> dict[str, int]:
     if not catalog_path.exists():
         return {}
-    con = sqlite3.connect(f"file:{catalog_path}?mode=ro", uri=True, timeout=30)
+    con = sqlite3.connect(f"{Path(catalog_path).absolute().as_uri()}?mode=ro", uri=True, timeout=30)
     try:
         return {p: i for i, p in con.execute("SELECT id, rel_path FROM images")}
     except sqlite3.OperationalError:

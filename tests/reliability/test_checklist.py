@@ -44,7 +44,7 @@ def model_key(home: Path) -> str:
 
 def rows(home: Path) -> dict[str, tuple[int, str, bytes | None]]:
     """rel_path -> (id, status, vector) straight from the catalog file."""
-    con = sqlite3.connect(f"file:{home / 'data' / 'catalog.sqlite3'}?mode=ro", uri=True)
+    con = sqlite3.connect(f"{Path(home / 'data' / 'catalog.sqlite3').absolute().as_uri()}?mode=ro", uri=True)
     try:
         return {p: (i, s, v) for p, i, s, v in con.execute(
             "SELECT i.rel_path, i.id, i.status, e.vector FROM images i "

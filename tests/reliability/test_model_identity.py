@@ -32,7 +32,7 @@ def two_models_home(tmp_path, monkeypatch) -> Path:
 
 
 def stored_keys(home: Path) -> dict[str, int]:
-    con = sqlite3.connect(f"file:{home / 'data' / 'catalog.sqlite3'}?mode=ro", uri=True)
+    con = sqlite3.connect(f"{Path(home / 'data' / 'catalog.sqlite3').absolute().as_uri()}?mode=ro", uri=True)
     try:
         return dict(con.execute("SELECT model_id, count(*) FROM embeddings GROUP BY model_id"))
     finally:

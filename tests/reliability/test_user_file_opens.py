@@ -424,7 +424,7 @@ def child_env() -> dict[str, str]:
 
 
 def catalog_rows(home: Path) -> dict[str, tuple[int, str, str | None]]:
-    con = sqlite3.connect(f"file:{home / 'data' / 'catalog.sqlite3'}?mode=ro", uri=True)
+    con = sqlite3.connect(f"{Path(home / 'data' / 'catalog.sqlite3').absolute().as_uri()}?mode=ro", uri=True)
     try:
         return {p: (i, s, r) for p, i, s, r in con.execute("SELECT rel_path, id, status, reason FROM images")}
     finally:
@@ -511,7 +511,7 @@ def test_ctrl_c_stops_index_while_a_huge_file_is_hashed_and_a_fifo_was_swapped_i
     assert "Traceback" not in err, err[-3000:]
     summary = json.loads(out)
     assert summary["cancelled"] is True
-    con = sqlite3.connect(f"file:{home / 'data' / 'catalog.sqlite3'}?mode=ro", uri=True)
+    con = sqlite3.connect(f"{Path(home / 'data' / 'catalog.sqlite3').absolute().as_uri()}?mode=ro", uri=True)
     try:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
