@@ -20,6 +20,7 @@ from sqlalchemy.pool import QueuePool
 
 from engine.config import ensure_folder
 from engine.errors import CatalogError, CatalogTooNewError
+from engine.fileutil import NotARegularFileError, open_user_file
 
 
 class CatalogDamagedError(CatalogError):
@@ -332,12 +333,13 @@ def inspect_catalog(path: Path, budget_s: float = QUICK_CHECK_BUDGET_S) -> Catal
     Raises CatalogError for a file that must not be opened at all."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        # Safe whatever is at the path now: a FIFO or device there is refused, never blocked on.
+        with open_user_file(path) as f:
             header = f.read(100)
     except FileNotFoundError:
         return CatalogHealth(version=None)
-    except IsADirectoryError:
-        raise CatalogError(f"{path} should be the catalog file but is a folder; move it away") from None
+    except NotARegularFileError as exc:
+        raise CatalogError(f"{path} should be the catalog file but is {exc.kind}; move it away") from None
     except OSError as exc:
         raise CatalogError(f"cannot read the catalog {path}: {exc.strerror}") from None
     if not header:

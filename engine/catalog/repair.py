@@ -17,6 +17,7 @@ from pathlib import Path
 
 from engine.catalog.db import SCHEMA_VERSION, SQLITE_MAGIC, CatalogDamagedError, connect_read_only
 from engine.errors import CatalogError
+from engine.fileutil import open_user_file
 
 MAX_REPORTED_PROBLEMS = 100
 # Past an unreadable page, the copy tries rowids this much further on, doubling each time.
@@ -73,7 +74,7 @@ def check_catalog(path: Path) -> CatalogCheck:
     path = Path(path)
     if not path.is_file():
         raise CatalogError(f"there is no catalog at {path}")
-    with open(path, "rb") as f:
+    with open_user_file(path) as f:
         if not f.read(16).startswith(SQLITE_MAGIC):
             return CatalogCheck(str(path), False, ["not an SQLite database"])
     try:

@@ -21,6 +21,7 @@ import pytest
 
 from engine.catalog import Catalog
 from tests.e2e.conftest import TINY_MODEL
+from tests.reliability.crash_harness import committed_count
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
@@ -170,18 +171,6 @@ def test_read_only_indexes_folder_still_searches_from_memory(home, paths, cli, p
 
 
 # -- item 12: a cancelled run reads "partly indexed · N pending" until a run completes ----------------
-def _committed(catalog: Path) -> int:
-    if not catalog.exists():
-        return 0
-    con = sqlite3.connect(catalog.as_uri() + "?mode=ro", uri=True, timeout=30)
-    try:
-        return int(con.execute("SELECT count(*) FROM images").fetchone()[0])
-    except sqlite3.OperationalError:
-        return 0
-    finally:
-        con.close()
-
-
 def test_ctrl_c_leaves_the_library_partly_indexed_with_its_pending_count(home, paths, cli, tmp_path):
     from engine.samples import make_sample_folder
 
@@ -195,7 +184,7 @@ def test_ctrl_c_leaves_the_library_partly_indexed_with_its_pending_count(home, p
         stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 200
-        while _committed(paths.catalog) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        while committed_count(paths.catalog) < 2 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert proc.poll() is None, "indexing ended before it could be interrupted"
         proc.send_signal(signal.SIGINT)
@@ -206,7 +195,7 @@ def test_ctrl_c_leaves_the_library_partly_indexed_with_its_pending_count(home, p
             proc.wait()
     assert proc.returncode == 130, err
     assert json.loads(out)["cancelled"]
-    rows = _committed(paths.catalog)
+    rows = committed_count(paths.catalog)
     assert 0 < rows < n_files
     (lib,) = cli.json("libraries")
     assert lib["status"] == "partial"

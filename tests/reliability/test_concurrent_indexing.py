@@ -120,7 +120,9 @@ def _index_cmd(photos: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("processes, runs_each, mutations", [
-    pytest.param(2, 1, 30, id="2x1-quick"),
+    # Both in make stress: make test runs the crash harness's mutator mode once (test_crash_harness.py),
+    # and the deterministic race tests above.
+    pytest.param(2, 1, 30, id="2x1-quick", marks=pytest.mark.stress),
     pytest.param(3, 2, 80, id="3x2", marks=pytest.mark.stress),
 ])
 @pytest.mark.timeout(900)

@@ -14,32 +14,15 @@ from PySide6.QtCore import Qt  # noqa: E402
 
 from desktop_app.dialogs import messages  # noqa: E402
 from desktop_app.views.results_model import ThumbnailStateRole  # noqa: E402
-from tests.desktop_app import conftest as gui  # noqa: E402
 from tests.reliability.conftest import tree_snapshot  # noqa: E402
+from tests.reliability.gui_fixtures import *  # noqa: E402, F403  (the GUI suite's fixtures)
+from tests.reliability.gui_fixtures import index_folder, settle  # noqa: E402
 from tests.reliability.test_originals_readonly import (  # noqa: E402
     QUERY,
     assert_unchanged,
     build_originals,
     set_read_only,
 )
-
-# The GUI suite's fixtures, re-used as they are (its conftest only applies under tests/desktop_app).
-longlens_home = gui.longlens_home
-no_threads_left = gui.no_threads_left
-installed_tiny = gui.installed_tiny
-backend = gui.backend
-hub = gui.hub
-window = gui.window
-index_folder = gui.index_folder
-settle = gui.settle
-
-
-@pytest.fixture
-def paths(longlens_home):
-    """The GUI suite's data folders (this package's conftest provides the CLI's)."""
-    from desktop_app import workers
-
-    return workers.resolve_paths()
 
 
 def test_gui_flows_leave_the_originals_untouched(qtbot, window, tmp_path, sample_master, blip_tiny_checkpoint,

@@ -17,25 +17,8 @@ import pytest
 
 from engine import review
 from engine.catalog import Catalog, db
-from tests.desktop_app import conftest as gui
-
-# The GUI suite's fixtures, re-used as they are (its conftest only applies under tests/desktop_app).
-longlens_home = gui.longlens_home
-no_threads_left = gui.no_threads_left
-installed_tiny = gui.installed_tiny
-backend = gui.backend
-hub = gui.hub
-window = gui.window
-settle = gui.settle
-
-
-@pytest.fixture
-def paths(longlens_home):
-    """The GUI suite's data folders (this package's conftest provides the CLI's)."""
-    from desktop_app import workers
-
-    return workers.resolve_paths()
-
+from tests.reliability.gui_fixtures import *  # noqa: F403  (the GUI suite's fixtures)
+from tests.reliability.gui_fixtures import settle
 
 CAPTIONS = [
     "A red square sits on the left. A blue circle is beside it.",

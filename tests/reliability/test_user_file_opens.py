@@ -558,6 +558,7 @@ READS_ALLOWED: dict[tuple[str, str], str] = {
     ("engine/models/download.py", "_validate_hf_folder"): "the staging copy the import wrote itself",
     ("engine/models/download.py", "_convert_pickle_to_safetensors"): "a downloaded file whose pinned hash matched",
     ("engine/models/registry.py", "read_manifest"): "manifests of installed models in the home",
+    ("engine/catalog/repair.py", "rebuild_catalog"): "fsync of the rebuilt catalog this function just wrote",
     ("engine/services.py", "Services._settings_file_values"): "the settings file in Longlens's config folder",
     ("engine/models/install_state.py", "install_lock"): "Longlens's own lock file next to the models folder",
     ("engine/models/install_state.py", "Staging.__init__"): "the staging folder's lock file this process creates",
