@@ -24,7 +24,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 test: lint
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider tests
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 tests
 
 # Long fault-injection runs (tests marked stress), e.g. the kill -9 harness: STRESS_ITERATIONS kills.
 STRESS_ITERATIONS ?= 20

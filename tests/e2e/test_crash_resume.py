@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from engine.catalog import Catalog
 from engine.index.store import index_path
 from engine.index.vector_index import VectorIndex
@@ -105,6 +107,9 @@ def run_crash_iterations(home: Path, photos: Path, iterations: int, seed: int) -
         make_sample_folder(photos / f"extra-{it}", n=24, seed=1000 + it, size=(96, 72))
 
 
+# make stress: tests/reliability/test_crash_harness.py::test_kill9_three_times_loses_nothing is the
+# make test version of the same kill -9 and resume.
+@pytest.mark.stress
 def test_kill9_then_resume(home, tmp_path):
     from engine.samples import make_sample_folder
 

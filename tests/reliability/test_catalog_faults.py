@@ -63,6 +63,8 @@ def test_any_legal_home_path_keeps_the_catalog_where_it_belongs(
     assert [lib["root"] for lib in libs] == [str(photos.resolve())]
 
 
+# make stress: the in-process CLI test above runs the same verbs on the same paths in make test.
+@pytest.mark.stress
 def test_home_path_with_odd_characters_through_a_real_subprocess(tmp_path, blip_tiny_checkpoint, photos):
     home = tmp_path / "h?x=1%2F#y"
     env = {**os.environ, "LONGLENS_HOME": str(home)}
