@@ -107,7 +107,15 @@ def _cases(lib: Path, f: dict[str, Path]) -> list[tuple[str, list[str], Path]]:
 CASE_IDS = [c[0] for c in _cases(Path("/lib"), {k: Path("/x") for k in ("photo", "captions", "victim", "work")})]
 
 
-@pytest.mark.parametrize("case", CASE_IDS)
+# make test: the reproductions and one case of each rule (an input, a photo, inside a library,
+# an existing file or foreign folder); make stress: every verb with every rule, each a child with torch.
+IN_MAKE_TEST = {"check --out its own photo", "check --out its caption file", "check --html inside a library",
+                "ground --out an existing file", "ground --out a folder of other files", "train --out its data file",
+                "datagen --out a photo", "index --cluster --out inside the library"}
+
+
+@pytest.mark.parametrize("case", [c if c in IN_MAKE_TEST else pytest.param(c, marks=pytest.mark.stress)
+                                  for c in CASE_IDS])
 def test_verb_refuses_an_output_over_an_input_a_photo_or_a_library(home, library, outside, tmp_path, case) -> None:
     _, argv, named = next(c for c in _cases(library, outside) if c[0] == case)
     before_lib, before_work = _tree(library), _tree(tmp_path / "work")

@@ -166,7 +166,8 @@ def test_staged_folder_keeps_the_old_folder_until_the_new_one_is_complete(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]
 
 
-@pytest.mark.slow
+# make stress: test_staged_folder_* above check the same swap in make test.
+@pytest.mark.stress
 def test_killed_ground_leaves_the_old_output_folder(home, photos, tmp_path) -> None:
     out = tmp_path / "g"
     argv = [sys.executable, "-m", "engine", "ground", str(photos / "sample_000.jpg"), CAPTION, "--out", str(out),
