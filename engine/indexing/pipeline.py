@@ -159,7 +159,16 @@ class Indexer:
     # -- the job ------------------------------------------------------------
     def run(self, root: Path | str, cancel: CancelToken | None = None) -> Iterator[Progress]:
         """Index one folder. The last Progress has stage "done" and the summary in extra["summary"]."""
-        cancel = cancel or CancelToken()
+        try:
+            yield from self._run(root, cancel or CancelToken())
+        finally:
+            # The model thread lives for one run: a cancelled batch still in the model finishes
+            # in the background and the thread ends then, instead of idling until garbage collection.
+            if self._model_thread is not None:
+                self._model_thread.shutdown(wait=False, cancel_futures=True)
+                self._model_thread = None
+
+    def _run(self, root: Path | str, cancel: CancelToken) -> Iterator[Progress]:
         t0 = time.monotonic()
         root = Path(root).expanduser().resolve()
         model_id = self.embedder.identity

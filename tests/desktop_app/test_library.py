@@ -127,13 +127,48 @@ def _start_heavy(qtbot, window, tmp_path, heavy_master) -> Path:
     return folder
 
 
-def test_event_loop_stays_responsive_while_indexing(qtbot, window, tmp_path, heavy_master, record_property):
-    """A 10 ms timer keeps ticking (no gap >= 100 ms) while 40 large PNGs are indexed."""
+def _record_engine_threads(monkeypatch) -> dict[str, set[int]]:
+    """Which threads decode, embed and commit while the GUI indexes (engine functions wrapped)."""
+    import threading
+
+    from engine.indexing import pipeline
+
+    seen: dict[str, set[int]] = {"decode": set(), "embed": set(), "commit": set()}
+
+    def wrap(owner, name: str, kind: str) -> None:
+        original = getattr(owner, name)
+
+        def recorded(*args, **kwargs):
+            seen[kind].add(threading.get_ident())
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, recorded)
+
+    wrap(pipeline, "decode_image", "decode")
+    wrap(pipeline.Indexer, "_embed", "embed")
+    wrap(pipeline.Indexer, "_commit_batch", "commit")
+    return seen
+
+
+def test_event_loop_stays_responsive_while_indexing(qtbot, window, tmp_path, heavy_master, record_property,
+                                                    monkeypatch):
+    """No decoding, embedding or catalog write runs on the GUI thread, and a 10 ms timer keeps
+    ticking while 40 large PNGs are indexed.
+
+    Not a timed assertion (a shared 2-core CI machine stalls any thread now and then): the ticks
+    are counted against the ticks the run's own length allows, and no pause may take a quarter
+    of the run. Running the work on the GUI thread fails both. The worst gap is recorded as a
+    measurement (`event_loop_max_gap_ms`; about 40-90 ms on an idle 2-core machine).
+    """
+    import threading
+
+    threads = _record_engine_threads(monkeypatch)
     folder = _start_heavy(qtbot, window, tmp_path, heavy_master)
     gaps: list[float] = []
     clock = QElapsedTimer()
     timer = QTimer()
-    timer.setInterval(10)
+    interval_ms = 10
+    timer.setInterval(interval_ms)
     timer.setTimerType(Qt.TimerType.PreciseTimer)
 
     def tick() -> None:
@@ -150,21 +185,43 @@ def test_event_loop_stays_responsive_while_indexing(qtbot, window, tmp_path, hea
     elapsed = time.monotonic() - t0
     summary = blocker.args[1]
     assert summary.new == 40, blocker.args
-    assert elapsed > 1.0, f"indexing took only {elapsed:.2f}s: not a meaningful measurement"
+    gui = threading.get_ident()
+    for kind, idents in threads.items():
+        assert idents, f"no {kind} call was seen: the wrapper no longer sees the engine's work"
+        assert gui not in idents, f"{kind} ran on the GUI thread"
     worst = max(gaps[1:])
+    tick_share = len(gaps) / (elapsed * 1000 / interval_ms)
     record_property("event_loop_max_gap_ms", round(worst, 1))
-    record_property("indexing_s", round(elapsed, 2))
-    print(f"\nindexing {elapsed:.2f}s, {len(gaps)} ticks, max event-loop gap {worst:.1f} ms")
-    assert worst < 100, f"event loop blocked for {worst:.0f} ms"
+    record_property("event_loop_tick_share", round(tick_share, 2))
+    print(f"\nindexing {elapsed:.2f}s, {len(gaps)} ticks ({tick_share:.0%} of the possible), "
+          f"max event-loop gap {worst:.1f} ms")
+    assert tick_share > 0.5, f"the event loop ran only {tick_share:.0%} of its timer ticks"
+    assert worst < elapsed * 1000 / 4, f"the event loop stopped for {worst:.0f} ms of a {elapsed:.1f} s run"
 
 
-def test_cancel_stops_indexing_within_a_second(qtbot, window, tmp_path, heavy_master):
-    """Cancel is forwarded at once; the engine stops at its next batch boundary.
+def test_cancel_stops_indexing_at_the_next_batch_boundary(qtbot, window, tmp_path, heavy_master, monkeypatch):
+    """Cancel is forwarded at once; the engine commits at most the batch already computed.
 
-    The indexer checks the token between batches, so the stop time is one batch's work: the
-    test uses a batch of 4 (a setting) so that bound is well under a second on a loaded CI
-    machine. (With the default 16 and these deliberately slow 12 MP PNGs it is ~0.5-2 s.)
+    The indexer checks the token between batches and while a batch is in the model, so after
+    the click at most one batch is committed (the one whose vectors were ready). Counted, not
+    timed: the waitSignal timeout is only a guard against a job that never stops.
     """
+    from engine.indexing import pipeline
+    from engine.jobs import CancelToken
+
+    events: list[str] = []
+    commit, cancel = pipeline.Indexer._commit_batch, CancelToken.cancel
+
+    def recorded_commit(self, *args, **kwargs):
+        events.append("commit")
+        return commit(self, *args, **kwargs)
+
+    def recorded_cancel(self, *args, **kwargs):
+        events.append("cancel")
+        return cancel(self, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline.Indexer, "_commit_batch", recorded_commit)
+    monkeypatch.setattr(CancelToken, "cancel", recorded_cancel)
     window.backend.save_settings({"batch_size": 4})
     folder = _start_heavy(qtbot, window, tmp_path, heavy_master)
     seen = []
@@ -172,13 +229,13 @@ def test_cancel_stops_indexing_within_a_second(qtbot, window, tmp_path, heavy_ma
     window.library_view.add_folder(str(folder))
     qtbot.waitUntil(lambda: "index" in seen, timeout=30000)
     assert window.progress_panel.isVisible() and window.progress_panel.cancel_button.isEnabled()
-    with qtbot.waitSignal(window.queue.finished, timeout=5000) as blocker:
-        t0 = time.monotonic()
+    with qtbot.waitSignal(window.queue.finished, timeout=10000) as blocker:
         window.progress_panel.cancel_button.click()
-    stopped_in = time.monotonic() - t0
     summary = blocker.args[1]
     assert summary.cancelled and 0 < summary.new < 40
-    assert stopped_in < 1.0, f"worker took {stopped_in:.2f}s to stop"
+    assert "cancel" in events
+    after = events[events.index("cancel"):].count("commit")
+    assert after <= 1, f"{after} batches were committed after the cancel"
     qtbot.waitUntil(lambda: bool(window.library_view.infos))
     assert "Partly indexed · " in window.library_view.item_texts()[0]
     assert "cancelled" in window.statusBar().currentMessage().lower()
