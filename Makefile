@@ -23,8 +23,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check engine desktop_app tests
 	$(BIN)/lint-imports
 
+# Two workers (pytest-xdist), one test file each at a time; tests marked serial (they measure the
+# event loop) then run alone, so another worker's load cannot skew them.
+TEST_WORKERS ?= 2
 test: lint
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 tests
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 \
+		-n $(TEST_WORKERS) --dist loadfile -m 'not stress and not cluster and not serial' tests
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider \
+		-m 'serial and not stress and not cluster' tests
 
 # Long fault-injection runs (tests marked stress), e.g. the kill -9 harness: STRESS_ITERATIONS kills.
 STRESS_ITERATIONS ?= 20

@@ -150,6 +150,7 @@ def _record_engine_threads(monkeypatch) -> dict[str, set[int]]:
     return seen
 
 
+@pytest.mark.serial
 def test_event_loop_stays_responsive_while_indexing(qtbot, window, tmp_path, heavy_master, record_property,
                                                     monkeypatch):
     """No decoding, embedding or catalog write runs on the GUI thread, and a 10 ms timer keeps
