@@ -46,7 +46,7 @@ def ensure_demo_model(paths: Paths) -> str:
     from engine.models.registry import installed_model_dir
 
     if installed_model_dir(DEMO_MODEL, paths) is None:
-        from engine.models.blip_checkpoints import save_random_blip_checkpoint
+        from engine.models.blip.checkpoints import save_random_blip_checkpoint
         from engine.models.download import import_model
 
         with tempfile.TemporaryDirectory(dir=paths.cache) as tmp:

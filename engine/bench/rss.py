@@ -59,7 +59,7 @@ def _proc_status_kib(field: str) -> int:
 
 def _child(folder: Path, home: Path, checkpoint: Path, batch_size: int, every: int) -> int:
     from engine.config import get_paths
-    from engine.models.blip import BlipEmbedder
+    from engine.models.blip.embedder import BlipEmbedder
     from engine.services import Services
 
     def report(stage: str, done: int) -> None:

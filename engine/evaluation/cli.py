@@ -202,10 +202,10 @@ def _cmd_grounding(args: argparse.Namespace) -> int:
     from engine.cli import _paths, _print_json
 
     try:
-        from engine.grounding.evaluate import evaluate_grounding
+        from engine.evaluation.grounding_benchmark import evaluate_grounding
     except ImportError as exc:
         raise LonglensError(f"grounding evaluation is not available in this build "
-                            f"(engine.grounding.evaluate cannot be imported: {exc})") from None
+                            f"(engine.evaluation.grounding_benchmark cannot be imported: {exc})") from None
     paths = _paths(args).ensure()
     embedder = _load_model(args.model or DEFAULT_SCENEWORLD_MODEL, paths, args.device, args.text_tower)
     result = evaluate_grounding(embedder, seed=args.seed, n=args.n)

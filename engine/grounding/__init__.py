@@ -55,9 +55,9 @@ def _build(embedder: Any, *, calibrated: bool, method: str | None, **options: An
 
     cal = load_calibration(embedder) if calibrated else None
     if cls_name == "SceneWorldMiniEmbedder":
-        from engine.grounding.mini import MiniGrounder
+        from engine.models.sceneworld_mini.grounder import MiniGrounder
 
         return MiniGrounder(embedder, cal, method=method, **options)
-    from engine.grounding.blip import BlipGrounder
+    from engine.models.blip.grounder import BlipGrounder
 
     return BlipGrounder(embedder, cal, method=method or "gradcam", **options)

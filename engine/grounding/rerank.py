@@ -3,7 +3,7 @@
 BLIP: the ITM head (cross-attention over all patches) scores the query against each of the
 top k candidates; hits are re-ordered by ITM match probability, the ANN cosine is kept.
 
-sceneworld-mini: its matching head (engine/grounding/matcher.py) reads at most 48 tokens, so a
+sceneworld-mini: its matching head (engine/models/sceneworld_mini/matcher.py) reads at most 48 tokens, so a
 query is scored by the mean of the head's logits over its sentences, and hits are ordered by
 ANN cosine + MINI_RERANK_WEIGHT x that mean. Measured on SceneWorld's long split (top 32,
 paragraph queries; docs/grounding.md): with the shipped head (phrase-patch alignment, 6,000
@@ -35,7 +35,7 @@ def rerank_support(embedder: Any) -> tuple[bool, str]:
     """(available, reason when not) for re-ranking with this embedder."""
     name = type(embedder).__name__
     if name == "BlipEmbedder":
-        from engine.grounding.blip import has_cross_attention
+        from engine.models.blip.grounder import has_cross_attention
 
         if has_cross_attention(embedder.model):
             return True, ""
@@ -69,8 +69,8 @@ def mini_match_logits(embedder: Any, images: Sequence[Image.Image], query: str) 
     import torch
 
     from engine.grounding.chunking import chunk
-    from engine.grounding.matcher import MAX_TOKENS
-    from engine.models.demo import tokenize
+    from engine.models.sceneworld_mini.matcher import MAX_TOKENS
+    from engine.models.sceneworld_mini.network import tokenize
 
     matcher = _mini_matcher(embedder)
     if matcher is None or not len(images):
@@ -94,7 +94,7 @@ def itm_scores(embedder: Any, images: Sequence[Image.Image], query: str, max_tok
     """ITM match probability of `query` for each image (BLIP), batched."""
     import torch
 
-    from engine.grounding.blip import BlipGrounder
+    from engine.models.blip.grounder import BlipGrounder
 
     g = BlipGrounder(embedder)
     model = embedder.model

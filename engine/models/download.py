@@ -80,7 +80,7 @@ _IMPORT_NAMES = frozenset(
     }
 )
 _SHARD_RE = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
-# A paragraph-trained text tower (see engine.models.blip) may travel in a text_tower/ subfolder.
+# A paragraph-trained text tower (see engine.models.blip.embedder) may travel in a text_tower/ subfolder.
 TEXT_TOWER_DIR = "text_tower"
 _TEXT_TOWER_NAMES = frozenset({"text_tower.safetensors", "text_tower.json"})
 
@@ -186,7 +186,7 @@ def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
         if not keys:
             raise ModelIntegrityError(f"{rel} contains no tensors")
     if backend == "blip":
-        from engine.models.blip_shapes import check_blip_config_fits_weights
+        from engine.models.blip.shapes import check_blip_config_fits_weights
 
         # The config's sizes decide what loading allocates: refuse them now, not at first search.
         main = [w for w in weights if not w.startswith(TEXT_TOWER_DIR + "/")]

@@ -599,13 +599,13 @@ def load_embedder(
     backend = manifest["backend"]
     if backend == "blip":
         try:
-            from engine.models.blip import BlipEmbedder
+            from engine.models.blip.embedder import BlipEmbedder
         except ImportError as e:
             raise ModelError(f"the BLIP backend is not available in this build: {e}") from e
         if text_tower_dir is None and (model_dir / "text_tower" / "text_tower.json").is_file():
             # An imported paragraph-trained text tower travels inside the model folder.
             text_tower_dir = model_dir / "text_tower"
-        # compute="fast": SDPA and, on CPUs with native bf16, bf16 towers (engine/models/blip.py).
+        # compute="fast": SDPA and, on CPUs with native bf16, bf16 towers (engine/models/blip/embedder.py).
         kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir, "model_id": name,
                                   "compute": "fast", "identity": identity.image,
                                   "text_identity": identity.text}
@@ -613,7 +613,7 @@ def load_embedder(
             kwargs["default_text_tokens"] = spec.default_text_tokens
         return BlipEmbedder(model_dir, **kwargs)
     if backend == "sceneworld-mini":
-        from engine.models.demo import SceneWorldMiniEmbedder
+        from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
 
         return SceneWorldMiniEmbedder(model_dir, device=device, text_tower_dir=text_tower_dir, model_id=name,
                                       identity=identity.image, text_identity=identity.text)

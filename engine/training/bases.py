@@ -83,10 +83,10 @@ def load_embedder_for(
 
         return load_embedder(base.name, paths or get_paths(), device=device, text_tower_dir=text_tower_dir)
     if base.backend == "blip":
-        from engine.models.blip import BlipEmbedder
+        from engine.models.blip.embedder import BlipEmbedder
 
         return BlipEmbedder(base.folder, device=device, text_tower_dir=text_tower_dir, model_id=base.name)
-    from engine.models.demo import SceneWorldMiniEmbedder
+    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
 
     return SceneWorldMiniEmbedder(base.folder, device=device, text_tower_dir=text_tower_dir, model_id=base.name)
 
@@ -95,14 +95,14 @@ def make_adapter(
     base: BaseModel, *, device: str = "auto", init_text_tower: Path | None = None, amp: bool = True
 ) -> DualEncoderAdapter:
     """A trainable adapter on the base's weights (float32), optionally starting from a text tower."""
-    from engine.models.blip import resolve_device
+    from engine.models.blip.embedder import resolve_device
 
     if base.backend == "blip":
-        from engine.training.blip_adapter import BlipAdapter
+        from engine.models.blip.training import BlipAdapter
 
         return BlipAdapter.from_checkpoint(base.folder, device=device, text_tower_dir=init_text_tower,
                                            model_id=base.name, amp=amp)
-    from engine.models.demo import load_model, load_text_tower
+    from engine.models.sceneworld_mini.network import load_model, load_text_tower
     from engine.training.sceneworld_mini import MiniAdapter
 
     dev = resolve_device(device)

@@ -24,7 +24,7 @@ import torch
 from torch.nn import functional as F
 
 from engine import options
-from engine.models.demo import (
+from engine.models.sceneworld_mini.network import (
     MiniConfig,
     SceneWorldMini,
     build_tokenizer,

@@ -57,7 +57,7 @@ def _embed_training_images(base_model_dir: Path, scenes: list, device: str) -> n
 
     if detect_backend(base_model_dir) == "sceneworld-mini":
         # Exactly the images stage (b) trained on: supersampled renders, bicubic-downsampled.
-        from engine.models.demo import load_model, pixels_from_uint8
+        from engine.models.sceneworld_mini.network import load_model, pixels_from_uint8
         from engine.training.sceneworld_mini import render_for_model
 
         model = load_model(base_model_dir, device)
@@ -69,7 +69,7 @@ def _embed_training_images(base_model_dir: Path, scenes: list, device: str) -> n
                 out.append(model.encode_image(x).float().cpu().numpy())
         return np.concatenate(out)
     from engine.evaluation.sceneworld import render_size_for
-    from engine.models.blip import BlipEmbedder
+    from engine.models.blip.embedder import BlipEmbedder
     from engine.sceneworld import render_scene
 
     emb = BlipEmbedder(base_model_dir, device=device)

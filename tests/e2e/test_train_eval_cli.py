@@ -38,7 +38,7 @@ def data(tmp_path) -> Path:
 
 @pytest.fixture
 def mini_dir(tmp_path) -> Path:
-    from engine.models.demo import SceneWorldMini, save_model
+    from engine.models.sceneworld_mini.network import SceneWorldMini, save_model
     from tests.engine.test_trainer import TINY
 
     torch.manual_seed(0)
@@ -113,7 +113,7 @@ def test_missing_train_options_are_named(home, cli):
 
 
 def test_train_a_sceneworld_mini_folder_and_evaluate_it(home, cli, data, mini_dir, tmp_path):
-    from engine.models.demo import SceneWorldMiniEmbedder
+    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
 
     out = tmp_path / "mini-run"
     summary = cli.json("train", "--config", "C4", "--data", str(data), "--base", str(mini_dir), "--out", str(out),
@@ -157,12 +157,12 @@ def test_eval_grounding_calls_the_grounding_module(home, cli, monkeypatch, mini_
         calls.append((embedder.model_id, seed, n))
         return {"pointing_accuracy": 0.5, "n": n}
 
-    module = types.ModuleType("engine.grounding.evaluate")
+    module = types.ModuleType("engine.evaluation.grounding_benchmark")
     module.evaluate_grounding = fake
-    monkeypatch.setitem(sys.modules, "engine.grounding.evaluate", module)
+    monkeypatch.setitem(sys.modules, "engine.evaluation.grounding_benchmark", module)
     got = cli.json("eval", "grounding", "--model", str(mini_dir), "--seed", "1007", "--n", "3")
     assert got == {"pointing_accuracy": 0.5, "n": 3} and calls == [("mini-base", 1007, 3)]
-    monkeypatch.setitem(sys.modules, "engine.grounding.evaluate", None)  # import now fails
+    monkeypatch.setitem(sys.modules, "engine.evaluation.grounding_benchmark", None)  # import now fails
     rc, _, err = cli("eval", "grounding", "--model", str(mini_dir))
     assert rc == 2 and "grounding evaluation is not available" in err
 

@@ -1,6 +1,6 @@
 """BlipEmbedder against transformers' own BLIP: tokenizer, pixels, features, scores.
 
-Everything runs offline on random-weight checkpoints written by engine.models.blip_checkpoints.
+Everything runs offline on random-weight checkpoints written by engine.models.blip.checkpoints.
 The weights are re-initialised with a visible spread, and the tests assert that different
 inputs give clearly different embeddings, so parity cannot hold by collapse.
 """
@@ -23,7 +23,7 @@ from transformers import BertTokenizerFast, BlipForImageTextRetrieval, BlipImage
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.models.base import Embedder
-from engine.models.blip import (
+from engine.models.blip.embedder import (
     TEXT_TOWER_META,
     TEXT_TOWER_WEIGHTS,
     BlipEmbedder,
@@ -31,7 +31,7 @@ from engine.models.blip import (
     resolve_dtype,
     save_text_tower,
 )
-from engine.models.blip_checkpoints import (
+from engine.models.blip.checkpoints import (
     BLIP_DEC_TOKEN_ID,
     BLIP_ENC_TOKEN_ID,
     BLIP_IMAGE_MEAN,
@@ -521,8 +521,8 @@ def test_configs() -> None:
 
 def test_engine_import_stays_light() -> None:
     code = (
-        "import sys, engine, engine.models, engine.models.base, engine.models.blip_checkpoints\n"
-        "heavy = [m for m in ('torch', 'transformers', 'engine.models.blip') if m in sys.modules]\n"
+        "import sys, engine, engine.models, engine.models.base, engine.models.blip.checkpoints\n"
+        "heavy = [m for m in ('torch', 'transformers', 'engine.models.blip.embedder') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

@@ -11,14 +11,14 @@ import math
 import numpy as np
 import pytest
 
+from engine.evaluation.grounding_benchmark import roc_auc
+from engine.evaluation.grounding_calibration import fit_platt
 from engine.grounding import get_grounder
 from engine.grounding.calibration import (
     CALIBRATION_FILE,
     Calibration,
     Platt,
-    fit_platt,
     load_calibration,
-    roc_auc,
     save_calibration,
     sigmoid,
 )
@@ -32,14 +32,14 @@ needs_model = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file()
 
 @pytest.fixture(scope="module")
 def mini():
-    from engine.models.demo import SceneWorldMiniEmbedder
+    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
 
     return SceneWorldMiniEmbedder(MODEL_DIR, device="cpu")
 
 
 @pytest.fixture(scope="module")
 def sample_eval(mini):
-    from engine.grounding.evaluate import evaluate_grounding
+    from engine.evaluation.grounding_benchmark import evaluate_grounding
 
     return evaluate_grounding(mini, seed=2000, n=80, timing_images=3)
 
@@ -112,7 +112,7 @@ def test_unknown_embedder_has_no_grounder():
 @needs_model
 def test_stored_calibration_matches_the_shipped_weights(mini):
     cal = load_calibration(mini)
-    assert cal is not None, f"regenerate {CALIBRATION_FILE.name}: python -m engine.grounding.calibration"
+    assert cal is not None, f"regenerate {CALIBRATION_FILE.name}: python -m engine.evaluation.grounding_calibration"
     assert set(cal.levels) == {"phrase", "relation", "sentence"}
     assert cal.meta["validation"]["seed"] < 2000  # never the test split
     assert len(cal.stats["image_mean"]) == mini.dim

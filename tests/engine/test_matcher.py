@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from engine.grounding.calibration import calibration_key
-from engine.grounding.matcher import (
+from engine.jobs import CancelToken
+from engine.models.registry import bundled_model_dir
+from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+from engine.models.sceneworld_mini.network import load_model
+from engine.sceneworld import generate_scenes
+from engine.training.matcher_training import (
     MATCHER_DIR,
     MatcherSettings,
     MiniMatcher,
@@ -20,10 +25,6 @@ from engine.grounding.matcher import (
     scene_texts,
     train_matcher,
 )
-from engine.jobs import CancelToken
-from engine.models.demo import SceneWorldMiniEmbedder, load_model
-from engine.models.registry import bundled_model_dir
-from engine.sceneworld import generate_scenes
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,7 @@ def test_cancel_stops_before_saving(base_dir, tmp_path) -> None:
 
 
 def test_grounder_uses_a_present_matcher(headless_dir) -> None:
-    from engine.grounding.mini import MiniGrounder
+    from engine.models.sceneworld_mini.grounder import MiniGrounder
     from engine.sceneworld import render_scene
 
     model_dir = headless_dir
@@ -141,8 +142,8 @@ def test_grounder_uses_a_present_matcher(headless_dir) -> None:
 
 
 def test_a_matcher_added_to_a_model_folder_verifies(base_dir, tmp_path) -> None:
-    from engine.grounding.matcher import add_to_manifest
     from engine.models.registry import verify_dir
+    from engine.training.matcher_training import add_to_manifest
 
     model_dir = tmp_path / "sceneworld-mini"
     shutil.copytree(base_dir, model_dir)
@@ -158,14 +159,14 @@ def test_a_matcher_added_to_a_model_folder_verifies(base_dir, tmp_path) -> None:
 
 
 def test_patch_labels_name_the_object_under_each_patch() -> None:
-    from engine.grounding.matcher import (
+    from engine.sceneworld import render_scene
+    from engine.training.matcher_training import (
         LABEL_FIELDS,
         MIN_PATCH_COVER,
         _label_vocab,
         patch_cover,
         patch_labels,
     )
-    from engine.sceneworld import render_scene
 
     vocab = _label_vocab()
     for scene in generate_scenes(0, 0, 5):
@@ -186,8 +187,8 @@ def test_patch_labels_name_the_object_under_each_patch() -> None:
 
 
 def test_align_loss_targets_the_referred_patches(base_dir) -> None:
-    from engine.grounding.matcher import _align_loss, render_with_labels
-    from engine.models.demo import build_tokenizer, pixels_from_uint8
+    from engine.models.sceneworld_mini.network import build_tokenizer, pixels_from_uint8
+    from engine.training.matcher_training import _align_loss, render_with_labels
 
     scenes = generate_scenes(0, 0, 4)
     images, _, covers = render_with_labels(scenes, 64, 8)
@@ -207,7 +208,7 @@ def test_align_loss_targets_the_referred_patches(base_dir) -> None:
 
 
 def test_alignment_training_reloads_and_feeds_the_grounder(headless_dir) -> None:
-    from engine.grounding.mini import MAP_GRID, MiniGrounder
+    from engine.models.sceneworld_mini.grounder import MAP_GRID, MiniGrounder
     from engine.sceneworld import render_scene
 
     torch.set_num_threads(1)
@@ -242,7 +243,7 @@ def test_a_head_without_alignment_still_loads(headless_dir) -> None:
     from safetensors.torch import load_file, save_file
 
     from engine.errors import ModelIntegrityError
-    from engine.grounding.mini import MiniGrounder
+    from engine.models.sceneworld_mini.grounder import MiniGrounder
 
     model_dir = headless_dir
     model = load_model(model_dir)
@@ -268,7 +269,7 @@ def test_a_head_without_alignment_still_loads(headless_dir) -> None:
 def test_rounds_continue_each_other_on_fresh_seeds(headless_dir) -> None:
     import json
 
-    from engine.grounding.matcher import main
+    from engine.training.matcher_training import main
 
     torch.set_num_threads(1)
     model_dir = headless_dir

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from engine.jobs import CancelToken
-from engine.models.blip import BlipEmbedder
-from engine.training.blip_adapter import BlipAdapter
+from engine.models.blip.embedder import BlipEmbedder
+from engine.models.blip.training import BlipAdapter
 from engine.training.configs import load_config
 from engine.training.trainer import Trainer
 from tests.engine.test_trainer import colour_data

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from engine.models.demo import SceneWorldMini, SceneWorldMiniEmbedder, save_model, save_text_tower
+from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+from engine.models.sceneworld_mini.network import SceneWorldMini, save_model, save_text_tower
 from engine.training import study
 from tests.engine.test_trainer import TINY
 

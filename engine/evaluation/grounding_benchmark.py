@@ -20,18 +20,38 @@ Metrics (docs/grounding.md):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from engine.grounding.api import Phrase
-from engine.grounding.calibration import roc_auc
 from engine.grounding.chunking import Chunking, chunk
 from engine.grounding.maps import argmax_point, upsample
 
 ERROR_TYPES = ("attribute", "relation", "count", "object")
 MASK_THRESHOLD = 0.5
+
+
+def roc_auc(pos: Sequence[float] | np.ndarray, neg: Sequence[float] | np.ndarray) -> float:
+    """Mann-Whitney AUC (ties count half); nan when a class is empty."""
+    pos = np.asarray(pos, dtype=np.float64)
+    neg = np.asarray(neg, dtype=np.float64)
+    if not len(pos) or not len(neg):
+        return float("nan")
+    allv = np.concatenate([pos, neg])
+    order = allv.argsort(kind="mergesort")
+    ranks = np.empty(len(allv), dtype=np.float64)
+    sorted_v = allv[order]
+    i = 0
+    while i < len(allv):
+        j = i
+        while j + 1 < len(allv) and sorted_v[j + 1] == sorted_v[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    r_pos = ranks[: len(pos)].sum()
+    return float((r_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
 def render_size_for(embedder: Any) -> int:
