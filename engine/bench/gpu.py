@@ -89,14 +89,14 @@ def run(*, work: Path, quick: bool = False, compile_fast: bool = False, n_files:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     s = fast.image_size
     gen = torch.Generator(device="cpu").manual_seed(0)
-    pixels = torch.randn(batch, 3, s, s, generator=gen).to(device=device, dtype=fast._torch_dtype)
+    pixels = torch.randn(batch, 3, s, s, generator=gen).to(device=device, dtype=fast.torch_dtype)
     iters = 3 if quick or not cuda else 10
     result: dict[str, Any] = {"available": cuda, "device": device, "model": f"BLIP {size} (random weights)",
                               "batch": batch, "weights": weights, "machine": machine_description()}
 
     with torch.inference_mode():
         def eager_fn(px: Any, emb: Any = eager) -> Any:
-            return emb.model.vision_proj(emb._vision_states(px)[:, 0])
+            return emb.model.vision_proj(emb.vision_states(px)[:, 0])
 
         result["eager_fp16_images_per_s"] = _images_per_s(eager_fn, pixels, iters, sync)
         log(f"gpu: eager {result['eager_fp16_images_per_s']:.0f} img/s")
@@ -107,7 +107,7 @@ def run(*, work: Path, quick: bool = False, compile_fast: bool = False, n_files:
             result["fast_compiled_images_per_s"] = _images_per_s(compiled, pixels, iters, sync)
             log(f"gpu: fast + torch.compile {result['fast_compiled_images_per_s']:.0f} img/s")
         probe = pixels[:64]
-        want = F.normalize(reference32.model.vision_proj(reference32._vision_states(probe.float())[:, 0]), dim=-1)
+        want = F.normalize(reference32.model.vision_proj(reference32.vision_states(probe.float())[:, 0]), dim=-1)
         got = F.normalize(fast._fast.image_features(probe), dim=-1)
         cos = (want * got).sum(-1)
         result["cosine_fast_vs_fp32_reference"] = {"min": float(cos.min()), "mean": float(cos.mean())}

@@ -235,10 +235,13 @@ def gradcam_layer_sweep(embedder: Any, *, seed: int, n: int, layers: list[int] |
     patch tokens, i = the output of transformer layer i.
     """
     if layers is None:
-        if type(embedder).__name__ == "BlipEmbedder":
-            layers = list(range(len(embedder.model.text_encoder.encoder.layer)))
-        else:
-            layers = list(range(len(embedder.model.vision.encoder.layers) + 1))
+        from engine.errors import LonglensError
+        from engine.grounding import get_grounder
+
+        grounder = get_grounder(embedder, method="gradcam")
+        if grounder is None:
+            raise LonglensError(f"grounding is not available for model {getattr(embedder, 'model_id', '?')!r}")
+        layers = grounder.gradcam_layers()
     out = {}
     for layer in layers:
         r = evaluate_grounding(embedder, seed=seed, n=n, method="gradcam", gradcam_layer=layer, timing_images=0)

@@ -1,8 +1,8 @@
 """Grounding: which parts of a query an image supports, and where (interface + factory).
 
-`get_grounder(embedder)` returns the grounder for the embedder's model (sceneworld-mini:
-patch-similarity maps; BLIP: ITM Grad-CAM maps and ITM supports), or None for a model
-without one; callers treat None as "grounding not available for this model".
+`get_grounder(embedder)` returns the grounder the embedder's backend makes (looked up in
+engine.models.registry; sceneworld-mini: patch-similarity or alignment maps; BLIP: ITM Grad-CAM
+maps and ITM supports), or None for a model without one; callers treat None as "grounding not available for this model".
 Heavy modules (torch) load only when a grounder is built.
 """
 
@@ -48,16 +48,13 @@ def get_grounder(embedder: Embedder, *, calibrated: bool = True, method: str | N
 
 
 def _build(embedder: Any, *, calibrated: bool, method: str | None, **options: Any) -> Grounder | None:
-    cls_name = type(embedder).__name__
-    if cls_name not in ("SceneWorldMiniEmbedder", "BlipEmbedder"):
+    # The registry picks the backend (engine/models/registry.py: the one dispatch point).
+    from engine.models.registry import backend_of
+
+    backend = backend_of(embedder)
+    if backend is None or backend.make_grounder is None:
         return None
     from engine.grounding.calibration import load_calibration
 
     cal = load_calibration(embedder) if calibrated else None
-    if cls_name == "SceneWorldMiniEmbedder":
-        from engine.models.sceneworld_mini.grounder import MiniGrounder
-
-        return MiniGrounder(embedder, cal, method=method, **options)
-    from engine.models.blip.grounder import BlipGrounder
-
-    return BlipGrounder(embedder, cal, method=method or "gradcam", **options)
+    return backend.make_grounder(embedder, cal, method=method, **options)

@@ -80,6 +80,10 @@ class BaseGrounder:
     def _uncalibrated(self, level: str, x: np.ndarray) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
 
+    def gradcam_layers(self) -> list[int]:
+        """The layers method="gradcam" can read (gradcam_layer=...); empty: no Grad-CAM maps."""
+        return []
+
     # -- shared ----------------------------------------------------------------------------
     def analyse(self, image: Image.Image | None, text: str, *, feats: Any = None,
                 chunking: Chunking | None = None) -> Analysis:

@@ -6,7 +6,12 @@ a readable manifest is not an installed model (installs write the manifest befor
 appears under its final name, so a crash never leaves a half-installed model there).
 
 Nothing here talks to the network; pulling and importing live in `engine.models.download`.
-torch, transformers and the BLIP backend are imported only inside `load_embedder`.
+
+This module is also the ONE dispatch point between Longlens and its model backends: the table
+backend name -> `ModelBackend` (engine/models/backend.py), filled lazily from the backend packages
+(engine/models/blip/, engine/models/sceneworld_mini/) or through `register_backend`. Nothing
+outside this module and a backend's own folder branches on a backend's name or class.
+torch and transformers are imported only when an embedder is loaded.
 """
 
 from __future__ import annotations
@@ -26,10 +31,16 @@ from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledErro
 from engine.fileutil import sha256_file  # noqa: F401  (re-exported: models code imports it from here)
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+    from PIL import Image
+
+    from engine.models.backend import ModelBackend
     from engine.models.base import Embedder
 
-Backend = Literal["blip", "sceneworld-mini"]
-BACKENDS: tuple[str, ...] = ("blip", "sceneworld-mini")
+# A backend name: a key of the backend table below (`backend_names()`); BACKENDS reads the same.
+Backend = str
 
 MANIFEST_NAME = "longlens-manifest.json"
 MANIFEST_FORMAT = 1
@@ -78,7 +89,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         # A read-only copy, so a spec shared across threads cannot be edited by one of them.
         object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
-        if self.backend not in BACKENDS:
+        if self.backend not in backend_names():
             raise ValueError(f"unknown backend {self.backend!r}")
         check_model_name(self.name)
         if self.revision is not None and not _COMMIT_RE.fullmatch(self.revision):
@@ -96,6 +107,94 @@ class ModelSpec:
     @property
     def fully_pinned(self) -> bool:
         return bool(self.files) and not self.unpinned_files
+
+
+# --- The backend table -----------------------------------------------------------------------
+#
+# name -> the package exporting that backend's object as BACKEND. A package is imported the first
+# time its backend is asked for; its module stays cheap (heavy imports live in its hooks).
+_BACKEND_PACKAGES: dict[str, str] = {
+    "blip": "engine.models.blip",
+    "sceneworld-mini": "engine.models.sceneworld_mini",
+}
+_BACKENDS: dict[str, ModelBackend] = {}
+
+
+def register_backend(backend: ModelBackend) -> ModelBackend:
+    """Add (or replace) a backend under `backend.name`: models whose manifest names it load
+    through it, and its embedders (`embedder.backend == backend.name`) ground, re-rank and train
+    through it. Returns the backend, so a package can write `BACKEND = register_backend(...)`."""
+    if not isinstance(backend.name, str) or not backend.name:
+        raise ValueError("a backend needs a non-empty name")
+    _BACKENDS[backend.name] = backend
+    return backend
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every backend name Longlens knows: the built-in ones, then registered ones."""
+    return tuple(dict.fromkeys([*_BACKEND_PACKAGES, *_BACKENDS]))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BACKENDS":  # derived from the table, so a registered backend is in it
+        return backend_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def get_backend(name: str) -> ModelBackend:
+    """The backend object called `name` (imports its package the first time)."""
+    hit = _BACKENDS.get(name)
+    if hit is not None:
+        return hit
+    package = _BACKEND_PACKAGES.get(name) if isinstance(name, str) else None
+    if package is None:
+        raise ModelError(f"unknown model backend {name!r}; known: {', '.join(backend_names())}")
+    import importlib
+
+    backend = importlib.import_module(package).BACKEND
+    return _BACKENDS.setdefault(name, backend)
+
+
+def backend_of(embedder: Any) -> ModelBackend | None:
+    """The backend an embedder belongs to (its `backend` attribute names it), or None."""
+    name = getattr(embedder, "backend", None)
+    if not isinstance(name, str) or name not in backend_names():
+        return None
+    return get_backend(name)
+
+
+def detect_backend(folder: Path) -> str:
+    """The backend of a model folder without a manifest (a training base, a study folder)."""
+    backends = sorted((get_backend(n) for n in backend_names()), key=lambda b: b.detect_order)
+    for backend in backends:
+        if backend.detect(Path(folder)):
+            return backend.name
+    raise ModelError(f"{folder} is neither " + " nor ".join(b.folder_description for b in backends))
+
+
+def rerank_support(embedder: Any) -> tuple[bool, str]:
+    """(available, reason when not) for re-ranking search hits with this embedder's model."""
+    backend = backend_of(embedder)
+    if backend is None:
+        return False, f"re-ranking is not available for model {getattr(embedder, 'model_id', '?')!r}"
+    return backend.check_rerank(embedder)
+
+
+def rerank_scores(embedder: Any, images: Sequence[Image.Image], query: str, ann_scores: Sequence[float],
+                  max_tokens: int | None = None) -> np.ndarray:
+    """The score re-ranked hits are ordered by (higher first), from the embedder's backend."""
+    backend = backend_of(embedder)
+    if backend is None:
+        raise ModelError(f"re-ranking is not available for model {getattr(embedder, 'model_id', '?')!r}")
+    return backend.score_candidates(embedder, images, query, ann_scores, max_tokens=max_tokens)
+
+
+def load_folder_embedder(folder: Path, backend: str, *, device: str = "auto", text_tower_dir: Path | None = None,
+                         model_id: str | None = None) -> Embedder:
+    """The Embedder of a model folder that is not installed (training bases, study folders):
+    no manifest, no verification, the backend's reference settings."""
+    return get_backend(backend).load_embedder(Path(folder), device=device, text_tower_dir=text_tower_dir,
+                                              model_id=model_id, installed=False)
 
 
 # --- The registered models -------------------------------------------------------------------
@@ -296,7 +395,7 @@ def read_manifest(model_dir: Path) -> dict[str, Any]:
             or not _is_safe_relpath(rel)
         ):
             raise ModelIntegrityError(f"{path} is malformed (bad entry for {rel!r})")
-    if data.get("backend") not in BACKENDS:
+    if data.get("backend") not in backend_names():
         raise ModelIntegrityError(f"{path} names an unknown backend {data.get('backend')!r}")
     return data
 
@@ -596,25 +695,9 @@ def load_embedder(
             )
             raise ModelIntegrityError(f"{report.summary()}. The model files were changed or damaged; {fix}.")
     identity = model_identity(name, manifest, text_tower_dir)
-    backend = manifest["backend"]
-    if backend == "blip":
-        try:
-            from engine.models.blip.embedder import BlipEmbedder
-        except ImportError as e:
-            raise ModelError(f"the BLIP backend is not available in this build: {e}") from e
-        if text_tower_dir is None and (model_dir / "text_tower" / "text_tower.json").is_file():
-            # An imported paragraph-trained text tower travels inside the model folder.
-            text_tower_dir = model_dir / "text_tower"
-        # compute="fast": SDPA and, on CPUs with native bf16, bf16 towers (engine/models/blip/embedder.py).
-        kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir, "model_id": name,
-                                  "compute": "fast", "identity": identity.image,
-                                  "text_identity": identity.text}
-        if spec is not None:
-            kwargs["default_text_tokens"] = spec.default_text_tokens
-        return BlipEmbedder(model_dir, **kwargs)
-    if backend == "sceneworld-mini":
-        from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
-
-        return SceneWorldMiniEmbedder(model_dir, device=device, text_tower_dir=text_tower_dir, model_id=name,
-                                      identity=identity.image, text_identity=identity.text)
-    raise ModelError(f"model {name!r} uses the {backend!r} backend, which this build cannot load yet")
+    backend = get_backend(manifest["backend"])
+    return backend.load_embedder(
+        model_dir, device=device, text_tower_dir=text_tower_dir, model_id=name, identity=identity.image,
+        text_identity=identity.text, default_text_tokens=spec.default_text_tokens if spec is not None else None,
+        installed=True,
+    )

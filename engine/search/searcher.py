@@ -17,7 +17,7 @@ from engine.options import RERANK_K, TOP_K, token_budget_for
 from engine.types import SearchHit, SearchResult
 
 DEFAULT_TOP_K = 20
-DEFAULT_RERANK_K = 32  # candidates re-scored by ITM (engine.grounding.rerank)
+DEFAULT_RERANK_K = 32  # candidates re-scored by the backend's re-ranker (engine.models.registry.rerank_scores)
 
 
 def clean_query(text: str) -> str:
@@ -66,7 +66,7 @@ class Searcher:
         sceneworld-mini's matching head with alignment) or True (requested; when unsupported, `result.notes` says why). Each
         re-ranked hit keeps its ANN cosine in `score` and gets `rerank_score` and `ann_rank`
         in extra."""
-        from engine.grounding.rerank import rerank_support
+        from engine.models.registry import rerank_support
 
         t0 = time.perf_counter()
         query = clean_query(text)
@@ -92,7 +92,7 @@ class Searcher:
         return result
 
     def _rerank(self, result: SearchResult, query: str, budget: int, k: int) -> None:
-        from engine.grounding.rerank import rerank_scores
+        from engine.models.registry import rerank_scores
 
         t0 = time.perf_counter()
         head, tail = result.hits[:k], result.hits[k:]

@@ -24,18 +24,16 @@ if TYPE_CHECKING:
 class BaseModel:
     ref: str  # as the user wrote it
     folder: Path
-    backend: str  # "blip" | "sceneworld-mini"
+    backend: str  # a backend name of engine.models.registry (the manifest's, or detected)
     name: str  # model id: the installed name, or the folder's name
     installed: bool  # True when resolved through the model registry (files verified on load)
 
 
 def detect_backend(folder: Path) -> str:
-    if (folder / "sceneworld_mini.json").is_file():
-        return "sceneworld-mini"
-    if (folder / "config.json").is_file():
-        return "blip"
-    raise ModelError(f"{folder} is neither a BLIP folder (config.json) nor a sceneworld-mini folder "
-                     "(sceneworld_mini.json)")
+    """The backend of a model folder without a manifest (engine.models.registry.detect_backend)."""
+    from engine.models.registry import detect_backend as detect
+
+    return detect(folder)
 
 
 def installed_dir(name: str, paths: Paths) -> Path | None:
@@ -82,31 +80,21 @@ def load_embedder_for(
         from engine.models.registry import load_embedder
 
         return load_embedder(base.name, paths or get_paths(), device=device, text_tower_dir=text_tower_dir)
-    if base.backend == "blip":
-        from engine.models.blip.embedder import BlipEmbedder
+    from engine.models.registry import load_folder_embedder
 
-        return BlipEmbedder(base.folder, device=device, text_tower_dir=text_tower_dir, model_id=base.name)
-    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
-
-    return SceneWorldMiniEmbedder(base.folder, device=device, text_tower_dir=text_tower_dir, model_id=base.name)
+    return load_folder_embedder(base.folder, base.backend, device=device, text_tower_dir=text_tower_dir,
+                                model_id=base.name)
 
 
 def make_adapter(
     base: BaseModel, *, device: str = "auto", init_text_tower: Path | None = None, amp: bool = True
 ) -> DualEncoderAdapter:
     """A trainable adapter on the base's weights (float32), optionally starting from a text tower."""
-    from engine.models.blip.embedder import resolve_device
+    from engine.models.registry import get_backend
 
-    if base.backend == "blip":
-        from engine.models.blip.training import BlipAdapter
-
-        return BlipAdapter.from_checkpoint(base.folder, device=device, text_tower_dir=init_text_tower,
-                                           model_id=base.name, amp=amp)
-    from engine.models.sceneworld_mini.network import load_model, load_text_tower
-    from engine.training.sceneworld_mini import MiniAdapter
-
-    dev = resolve_device(device)
-    model = load_model(base.folder, dev)
-    if init_text_tower is not None:
-        load_text_tower(model, Path(init_text_tower))
-    return MiniAdapter(model, dev)
+    backend = get_backend(base.backend)
+    if backend.make_training_adapter is None:
+        raise ModelError(f"model {base.name!r} ({base.backend} backend) cannot be fine-tuned: its backend "
+                         "has no training adapter")
+    return backend.make_training_adapter(base.folder, device=device, init_text_tower=init_text_tower,
+                                         model_id=base.name, amp=amp)

@@ -19,95 +19,25 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
-from torch.nn import functional as F
 
 from engine import options
 from engine.models.sceneworld_mini.network import (
     MiniConfig,
     SceneWorldMini,
-    build_tokenizer,
     init_token_embeddings_from_minilm,
-    pixels_from_uint8,
     save_model,
     save_text_tower,
-    tokenize,
+)
+from engine.models.sceneworld_mini.training import (  # noqa: F401  (re-exported: training code imports them from here)
+    SUPERSAMPLE,
+    ArrayImages,
+    MiniAdapter,
+    render_for_model,
 )
 from engine.outputs import check_script_output
-from engine.training.configs import PRESETS, TrainConfig
+from engine.training.configs import PRESETS
 from engine.training.trainer import Example, Trainer
-
-# Render at twice the model's input size and downsample like the app does for real files
-# (decode, then bicubic resize), so training sees what inference will see.
-SUPERSAMPLE = 2
-
-
-class MiniAdapter:
-    """DualEncoderAdapter for sceneworld-mini."""
-
-    def __init__(self, model: SceneWorldMini, device: str = "cpu") -> None:
-        self.model = model.to(device)
-        self.device = device
-        self.tokenizer = build_tokenizer()
-
-    def trainable_parameters(self, train_vision: bool, learn_temperature: bool) -> list[torch.nn.Parameter]:
-        params = list(self.model.text.parameters())
-        if train_vision:
-            params += list(self.model.vision.parameters())
-        if learn_temperature:
-            params.append(self.model.logit_scale)
-        for p in self.model.parameters():
-            p.requires_grad_(False)
-        for p in params:
-            p.requires_grad_(True)
-        return params
-
-    def train_mode(self, train_vision: bool) -> None:
-        self.model.train()
-        if not train_vision:
-            self.model.vision.eval()  # frozen BatchNorm statistics too
-
-    def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.model.vision(pixels.to(self.device)), dim=-1)
-
-    def encode_texts(self, texts: Sequence[str], max_tokens: int) -> torch.Tensor:
-        ids, mask = tokenize(self.tokenizer, texts, max_tokens)
-        return F.normalize(self.model.text(ids.to(self.device), mask.to(self.device)), dim=-1)
-
-    def logit_scale(self, cfg: TrainConfig) -> torch.Tensor:
-        if cfg.learn_temperature:
-            return self.model.logit_scale.exp().clamp(max=100.0)
-        return torch.tensor(1.0 / cfg.temperature, device=self.device)
-
-    def save(self, out_dir: Path, cfg: TrainConfig, *, text_only: bool, extra: dict) -> Path:
-        if text_only:
-            return save_text_tower(self.model, out_dir, cfg.name, {"training": cfg.to_dict(), **extra})
-        return save_model(self.model, out_dir, {"training": cfg.to_dict(), **extra})
-
-
-class ArrayImages:
-    def __init__(self, renders: np.ndarray) -> None:
-        self.renders = renders
-
-    def __len__(self) -> int:
-        return len(self.renders)
-
-    def pixels(self, indices: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(pixels_from_uint8(self.renders[indices]))
-
-
-def render_for_model(scenes, size: int) -> np.ndarray:
-    """uint8 (N, size, size, 3): rendered at SUPERSAMPLE x size, then bicubic-downsampled."""
-    from PIL import Image
-
-    from engine.sceneworld import render_scene
-
-    out = np.empty((len(scenes), size, size, 3), np.uint8)
-    for i, scene in enumerate(scenes):
-        img, _ = render_scene(scene, size * SUPERSAMPLE)
-        out[i] = np.asarray(img.resize((size, size), Image.Resampling.BICUBIC))
-    return out
 
 
 def examples_from_scenes(scenes) -> list[Example]:

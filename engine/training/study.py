@@ -51,32 +51,14 @@ def base_temperature(base_model_dir: Path) -> float:
 
 
 def _embed_training_images(base_model_dir: Path, scenes: list, device: str) -> np.ndarray:
-    import torch
+    """Frozen image embeddings of the training scenes, rendered as the base's backend trains on them."""
+    from engine.errors import ModelError
+    from engine.models.registry import detect_backend, get_backend
 
-    from engine.training.bases import detect_backend
-
-    if detect_backend(base_model_dir) == "sceneworld-mini":
-        # Exactly the images stage (b) trained on: supersampled renders, bicubic-downsampled.
-        from engine.models.sceneworld_mini.network import load_model, pixels_from_uint8
-        from engine.training.sceneworld_mini import render_for_model
-
-        model = load_model(base_model_dir, device)
-        out = []
-        with torch.no_grad():
-            for start in range(0, len(scenes), 512):
-                renders = render_for_model(scenes[start : start + 512], model.cfg.image_size)
-                x = torch.from_numpy(pixels_from_uint8(renders)).to(device)
-                out.append(model.encode_image(x).float().cpu().numpy())
-        return np.concatenate(out)
-    from engine.evaluation.sceneworld import render_size_for
-    from engine.models.blip.embedder import BlipEmbedder
-    from engine.sceneworld import render_scene
-
-    emb = BlipEmbedder(base_model_dir, device=device)
-    size = render_size_for(emb)
-    parts = [emb.encode_images([render_scene(s, size)[0] for s in scenes[i : i + 64]])
-             for i in range(0, len(scenes), 64)]
-    return np.concatenate(parts)
+    backend = get_backend(detect_backend(base_model_dir))
+    if backend.embed_training_scenes is None:
+        raise ModelError(f"the {backend.name} backend cannot embed SceneWorld training scenes")
+    return backend.embed_training_scenes(base_model_dir, scenes, device)
 
 
 def sceneworld_training_set(

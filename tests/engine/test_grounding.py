@@ -200,7 +200,7 @@ def test_acceptance_faithfulness_auc(sample_eval):
 def test_matching_head_reranking_keeps_or_lifts_long_query_r_at_1(mini):
     """Re-ranking the ANN top 32 with the head (docs/grounding.md: 0.892 -> see there on 1,000
     test scenes) must not lose a right answer the ANN found on a 48-scene test sample."""
-    from engine.grounding.rerank import rerank_scores, rerank_support
+    from engine.models.registry import rerank_scores, rerank_support
     from engine.sceneworld import generate_scene, render_scene
 
     assert rerank_support(mini) == (True, "")

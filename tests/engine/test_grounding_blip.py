@@ -101,7 +101,7 @@ def test_recorded_attention_is_the_models_cross_attention(embedder):
     layer = embedder.model.text_encoder.encoder.layer[1].crossattention.self
     img = feats.states
     with torch.no_grad(), CrossAttentionRecorder(layer) as rec:
-        out = embedder.model.text_encoder(input_ids=g._itm_ids(enc["input_ids"]),
+        out = embedder.model.text_encoder(input_ids=g.itm_input_ids(enc["input_ids"]),
                                           attention_mask=enc["attention_mask"], encoder_hidden_states=img,
                                           encoder_attention_mask=torch.ones(img.shape[:2], dtype=torch.long),
                                           output_attentions=True)
@@ -117,7 +117,7 @@ def test_itm_support_matches_transformers_itm(embedder):
     grounding = g.ground(image, "a red ball on the grass.")
     pixels = torch.from_numpy(embedder.preprocess([image]))
     enc = embedder.tokenizer(["a red ball on the grass."], return_tensors="pt")
-    ids = g._itm_ids(enc["input_ids"])
+    ids = g.itm_input_ids(enc["input_ids"])
     assert ids[0, 0].item() == embedder.tokenizer.convert_tokens_to_ids("[ENC]")
     with torch.no_grad():
         logits = embedder.model(input_ids=ids, pixel_values=pixels, attention_mask=enc["attention_mask"],
@@ -179,7 +179,7 @@ def test_full_architecture_gradcam_on_cpu(tmp_path):
     reinitialise_blip_weights(model, seed=0, std=0.02)
     emb = object.__new__(BlipEmbedder)  # in memory: writing 900 MB to disk would dominate the test
     emb.checkpoint_dir = tmp_path
-    emb.device, emb._torch_dtype, emb.dtype = "cpu", torch.float32, "float32"
+    emb.device, emb.torch_dtype, emb.dtype = "cpu", torch.float32, "float32"
     emb.config, emb.model, emb.tokenizer = cfg, model, build_blip_tokenizer()
     emb.model_id = emb.text_model_id = "blip-base-random"
     emb.dim, emb.image_size = 256, 384

@@ -257,7 +257,7 @@ def test_a_head_without_alignment_still_loads(headless_dir) -> None:
     assert not g.aligned and "min_phrase_align" not in g.feature_names["sentence"]
     with pytest.raises(ValueError, match="alignment"):
         MiniGrounder(SceneWorldMiniEmbedder(model_dir), method="align")
-    from engine.grounding.rerank import rerank_support
+    from engine.models.registry import rerank_support
 
     ok, why = rerank_support(SceneWorldMiniEmbedder(model_dir))
     assert not ok and "without" in why

@@ -157,6 +157,8 @@ def _is_text_tower_key(key: str) -> bool:
 class BlipEmbedder:
     """Image and text embeddings from a local BLIP retrieval checkpoint (Hugging Face layout)."""
 
+    backend = "blip"  # the registry's key for this embedder's backend object
+
     def __init__(
         self,
         checkpoint_dir: Path,
@@ -179,8 +181,8 @@ class BlipEmbedder:
         self.checkpoint_dir = Path(checkpoint_dir)
         self._check_checkpoint_files(self.checkpoint_dir)
         self.device = resolve_device(device)
-        self._torch_dtype = resolve_dtype(dtype, self.device)
-        self.dtype = _dtype_name(self._torch_dtype)
+        self.torch_dtype = resolve_dtype(dtype, self.device)
+        self.dtype = _dtype_name(self.torch_dtype)
 
         try:
             config = BlipConfig.from_pretrained(str(self.checkpoint_dir), local_files_only=True)
@@ -262,7 +264,7 @@ class BlipEmbedder:
                 config=config,
                 local_files_only=True,
                 use_safetensors=True,
-                dtype=self._torch_dtype,
+                dtype=self.torch_dtype,
                 output_loading_info=True,
             )
         except Exception as exc:
@@ -287,7 +289,7 @@ class BlipEmbedder:
         if compute == "reference":
             return None
         weight_dtype = None
-        if compute == "fast" and self.device == "cpu" and self._torch_dtype == torch.float32 and cpu_supports_bf16():
+        if compute == "fast" and self.device == "cpu" and self.torch_dtype == torch.float32 and cpu_supports_bf16():
             weight_dtype = torch.bfloat16
         return FastBlipTowers(self.model, weight_dtype=weight_dtype)
 
@@ -409,7 +411,7 @@ class BlipEmbedder:
                 out[i, c] = self._lut[c][arr[..., c]]
         return out
 
-    def _vision_states(self, pixels: torch.Tensor) -> torch.Tensor:
+    def vision_states(self, pixels: torch.Tensor) -> torch.Tensor:
         """All vision tokens (N, 1 + patches, hidden); [CLS] first."""
         return self.model.vision_model(pixel_values=pixels).last_hidden_state
 
@@ -428,11 +430,11 @@ class BlipEmbedder:
                 if on_gpu:
                     # Pinned host memory: the copy runs by DMA, asynchronously to the host.
                     batch = batch.pin_memory().to(self.device, non_blocking=True)
-                batch = batch.to(device=self.device, dtype=self._torch_dtype)
+                batch = batch.to(device=self.device, dtype=self.torch_dtype)
                 if self._fast is not None:
                     feats.append(self._normalised(self._fast.image_features(batch)))
                 else:
-                    cls = self._vision_states(batch)[:, 0, :]
+                    cls = self.vision_states(batch)[:, 0, :]
                     feats.append(self._normalised(self.model.vision_proj(cls)))
         return self._stack(feats)
 
@@ -445,7 +447,7 @@ class BlipEmbedder:
 
     # ----------------------------------------------------------------- texts
 
-    def _effective_max_tokens(self, max_tokens: int | None) -> int:
+    def effective_max_tokens(self, max_tokens: int | None) -> int:
         if max_tokens is None:
             return self.default_text_tokens
         if max_tokens < 2:
@@ -459,7 +461,7 @@ class BlipEmbedder:
         enc = self.tokenizer(
             list(texts),
             truncation=True,
-            max_length=self._effective_max_tokens(max_tokens),
+            max_length=self.effective_max_tokens(max_tokens),
             padding=True,
             return_tensors="pt",
         )
@@ -471,7 +473,7 @@ class BlipEmbedder:
 
     def encode_texts(self, texts: Sequence[str], max_tokens: int | None = None) -> np.ndarray:
         texts = list(texts)
-        limit = self._effective_max_tokens(max_tokens)
+        limit = self.effective_max_tokens(max_tokens)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         # Batches of similar length waste less compute on padding; order is restored below.
@@ -508,7 +510,7 @@ class BlipEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.concatenate(feats, axis=0)
 
-    # Room for later additions (patch features, ITM scores): _vision_states() and
+    # Room for later additions (patch features, ITM scores): vision_states() and
     # _text_states() expose the full token states; the ITM head is self.model.itm_head and
     # the tokenizer's [ENC] id is self.tokenizer.convert_tokens_to_ids("[ENC]").
 

@@ -128,8 +128,8 @@ class BlipGrounder(BaseGrounder):
     @torch.no_grad()  # not inference_mode: Grad-CAM later runs autograd over these states
     def image_features(self, image: Image.Image) -> BlipImageFeatures:
         emb = self.embedder
-        x = torch.from_numpy(emb.preprocess([image])).to(device=emb.device, dtype=emb._torch_dtype)
-        states = emb._vision_states(x)
+        x = torch.from_numpy(emb.preprocess([image])).to(device=emb.device, dtype=emb.torch_dtype)
+        states = emb.vision_states(x)
         proj = self.model.vision_proj(states[0]).float()
         return BlipImageFeatures(states, F.normalize(proj[1:], dim=-1), F.normalize(proj[0], dim=-1))
 
@@ -137,7 +137,7 @@ class BlipGrounder(BaseGrounder):
         return self.tokenizer(texts, truncation=True, max_length=self.embedder.max_text_tokens, padding=True,
                               return_tensors="pt", return_offsets_mapping=offsets)
 
-    def _itm_ids(self, ids: torch.Tensor) -> torch.Tensor:
+    def itm_input_ids(self, ids: torch.Tensor) -> torch.Tensor:
         if self.enc_id is None:
             return ids
         ids = ids.clone()
@@ -153,7 +153,7 @@ class BlipGrounder(BaseGrounder):
         with torch.inference_mode():
             for start in range(0, len(texts), bs):
                 enc = self._tokenize(texts[start : start + bs])
-                ids = self._itm_ids(enc["input_ids"]).to(self.embedder.device)
+                ids = self.itm_input_ids(enc["input_ids"]).to(self.embedder.device)
                 mask = enc["attention_mask"].to(self.embedder.device)
                 img = feats.states.expand(len(ids), -1, -1)
                 h = self.model.text_encoder(input_ids=ids, attention_mask=mask, encoder_hidden_states=img,
@@ -171,7 +171,7 @@ class BlipGrounder(BaseGrounder):
     def sentence_gradcam(self, feats: BlipImageFeatures, sentence: str) -> tuple[np.ndarray, list[tuple[int, int]]]:
         """Per-token Grad-CAM maps (L, grid, grid) for a sentence, and each token's char span."""
         enc = self._tokenize([sentence], offsets=True)
-        ids = self._itm_ids(enc["input_ids"]).to(self.embedder.device)
+        ids = self.itm_input_ids(enc["input_ids"]).to(self.embedder.device)
         mask = enc["attention_mask"].to(self.embedder.device)
         layer = self.model.text_encoder.encoder.layer[self.gradcam_layer].crossattention.self
         img = feats.states.detach()
@@ -219,6 +219,10 @@ class BlipGrounder(BaseGrounder):
         levels = ["relation" if p.kind == "relation" else "phrase" for p in phrases]
         return Analysis(text, chunking, maps, levels, [[float(s)] for s in ph_scores],
                         [[float(s)] for s in sent_scores])
+
+    def gradcam_layers(self) -> list[int]:
+        """The text encoder's layers (their cross-attention is what Grad-CAM reads)."""
+        return list(range(len(self.model.text_encoder.encoder.layer)))
 
     def _uncalibrated(self, level: str, x: np.ndarray) -> np.ndarray:
         if self.itm:

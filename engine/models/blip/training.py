@@ -17,13 +17,15 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn import functional as F
 
 from engine.models.blip.embedder import BlipEmbedder, save_text_tower
-from engine.training.configs import TrainConfig
+
+if TYPE_CHECKING:
+    from engine.training.configs import TrainConfig
 
 TRAINING_INFO = "training.json"
 
@@ -39,7 +41,7 @@ class BlipAdapter:
     """Train a BLIP text tower with the Trainer; see the module docstring."""
 
     def __init__(self, embedder: BlipEmbedder, *, amp: bool = True) -> None:
-        if embedder._torch_dtype != torch.float32:
+        if embedder.torch_dtype != torch.float32:
             # Optimiser updates of 1e-5 vanish in fp16/bf16 weights: master weights must be fp32.
             raise ValueError("train on a BlipEmbedder loaded with dtype='float32'")
         self.embedder = embedder
@@ -95,7 +97,7 @@ class BlipAdapter:
 
     def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
         with self._autocast():
-            states = self.embedder._vision_states(pixels.to(device=self.device, dtype=torch.float32))
+            states = self.embedder.vision_states(pixels.to(device=self.device, dtype=torch.float32))
             proj = self.model.vision_proj(states[:, 0, :])
         return F.normalize(proj.float(), dim=-1)
 
@@ -137,3 +139,25 @@ class BlipAdapter:
         pre = self.embedder.checkpoint_dir / "preprocessor_config.json"
         if pre.is_file():
             shutil.copyfile(pre, out_dir / pre.name)
+
+
+def make_adapter(folder: Path, *, device: str = "auto", init_text_tower: Path | None = None,
+                 model_id: str = "", amp: bool = True) -> BlipAdapter:
+    """A trainable adapter on the folder's weights (float32), optionally starting from a text tower."""
+    return BlipAdapter.from_checkpoint(folder, device=device, text_tower_dir=init_text_tower,
+                                       model_id=model_id or None, amp=amp)
+
+
+def embed_training_scenes(folder: Path, scenes: Sequence[Any], device: str) -> Any:
+    """Frozen image embeddings (N, D) of SceneWorld training scenes, rendered at the size the
+    evaluation renders them for this model."""
+    import numpy as np
+
+    from engine.evaluation.sceneworld import render_size_for
+    from engine.sceneworld import render_scene
+
+    emb = BlipEmbedder(folder, device=device)
+    size = render_size_for(emb)
+    parts = [emb.encode_images([render_scene(s, size)[0] for s in scenes[i : i + 64]])
+             for i in range(0, len(scenes), 64)]
+    return np.concatenate(parts)

@@ -299,6 +299,10 @@ class MiniGrounder(BaseGrounder):
             sx.append([own_sent, *row] if with_matcher else row)
         return Analysis(text, chunking, maps, levels, x, sx)
 
+    def gradcam_layers(self) -> list[int]:
+        """0 = the stem's patch tokens, i = the output of transformer layer i."""
+        return list(range(len(self.embedder.model.vision.encoder.layers) + 1))
+
     def _uncalibrated(self, level: str, x: np.ndarray) -> np.ndarray:
         # Without a calibration for these weights: a fixed, monotone squashing (documented as
         # uncalibrated; Grounding.calibrated is False).

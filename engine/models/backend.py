@@ -1,0 +1,67 @@
+"""The backend interface: what a model backend (a folder under engine/models/) offers Longlens.
+
+Each backend package (engine/models/blip/, engine/models/sceneworld_mini/, or one a test defines)
+exports one `ModelBackend` object; engine/models/registry.py keeps the table name -> backend and is
+the one place that picks a backend, by the "backend" string of a model's manifest, by an
+embedder's `backend` attribute, or (folders without a manifest) by `detect`.
+
+Only `name`, `detect` and `load_embedder` are required; a backend without a grounder, re-ranker or
+training adapter leaves those None and the app says "not available for this model". The hooks are
+plain callables so a backend package can import its heavy modules (torch, transformers) inside
+them: importing a backend package must stay cheap, because the registry imports it to read a
+manifest's backend, long before any model is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    from PIL import Image
+
+    from engine.grounding.api import Grounder
+    from engine.models.base import Embedder
+
+
+@dataclass(frozen=True)
+class ModelBackend:
+    #: The manifest's "backend" string, and the `backend` attribute of this backend's embedders.
+    name: str
+    #: For messages about folders that are no model: "a BLIP folder (config.json)".
+    folder_description: str
+    #: Whether a model folder without a manifest (a training base, a study folder) is one of ours.
+    detect: Callable[[Path], bool]
+    #: load_embedder(model_dir, *, device, text_tower_dir, model_id, identity, text_identity,
+    #:               default_text_tokens, installed) -> Embedder.
+    #: installed=True: an installed model the app opens (identities from the registry); False: a
+    #: plain folder (training bases, studies), opened with the backend's reference settings.
+    load_embedder: Callable[..., Embedder]
+    #: make_grounder(embedder, calibration, *, method=None, **options) -> Grounder; None: no grounding.
+    make_grounder: Callable[..., Grounder] | None = None
+    #: rerank_support(embedder) -> (available, reason when not); None: never re-ranks.
+    rerank_support: Callable[[Any], tuple[bool, str]] | None = None
+    #: rerank_scores(embedder, images, query, ann_scores, max_tokens=None) -> scores (higher first).
+    rerank_scores: Callable[..., np.ndarray] | None = None
+    #: make_training_adapter(folder, *, device, init_text_tower, model_id, amp) -> a
+    #: DualEncoderAdapter (engine/training/trainer.py); None: this backend cannot be fine-tuned.
+    make_training_adapter: Callable[..., Any] | None = None
+    #: embed_training_scenes(folder, scenes, device) -> (N, D) frozen image embeddings of SceneWorld
+    #: training scenes, rendered as this backend's training sees them (the study's training sets).
+    embed_training_scenes: Callable[[Path, Sequence[Any], str], np.ndarray] | None = None
+    #: Folders are detected in ascending order: backends with a specific marker file first.
+    detect_order: int = 50
+
+    def check_rerank(self, embedder: Any) -> tuple[bool, str]:
+        if self.rerank_support is None or self.rerank_scores is None:
+            return False, f"re-ranking is not available for model {getattr(embedder, 'model_id', '?')!r}"
+        return self.rerank_support(embedder)
+
+    def score_candidates(self, embedder: Any, images: Sequence[Image.Image], query: str,
+                         ann_scores: Sequence[float], max_tokens: int | None = None) -> np.ndarray:
+        if self.rerank_scores is None:
+            raise ValueError(f"the {self.name} backend cannot re-rank")
+        return self.rerank_scores(embedder, images, query, ann_scores, max_tokens=max_tokens)

@@ -1,0 +1,85 @@
+"""The BLIP backend (Hugging Face BlipForImageTextRetrieval folders): embedder, ITM grounder,
+ITM re-ranker and training adapter. This module is cheap to import; torch and transformers load
+inside the hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ModelError
+from engine.models.backend import ModelBackend
+
+NAME = "blip"
+
+
+def _detect(folder: Path) -> bool:
+    return (Path(folder) / "config.json").is_file()
+
+
+def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Path | None = None,
+                   model_id: str | None = None, identity: str | None = None, text_identity: str | None = None,
+                   default_text_tokens: int | None = None, installed: bool = False) -> Any:
+    try:
+        from engine.models.blip.embedder import BlipEmbedder
+    except ImportError as e:
+        raise ModelError(f"the BLIP backend is not available in this build: {e}") from e
+    model_dir = Path(model_dir)
+    if not installed:
+        return BlipEmbedder(model_dir, device=device, text_tower_dir=text_tower_dir, model_id=model_id)
+    if text_tower_dir is None and (model_dir / "text_tower" / "text_tower.json").is_file():
+        # An imported paragraph-trained text tower travels inside the model folder.
+        text_tower_dir = model_dir / "text_tower"
+    # compute="fast": SDPA and, on CPUs with native bf16, bf16 towers (engine/models/blip/embedder.py).
+    kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir, "model_id": model_id,
+                              "compute": "fast", "identity": identity, "text_identity": text_identity}
+    if default_text_tokens is not None:
+        kwargs["default_text_tokens"] = default_text_tokens
+    return BlipEmbedder(model_dir, **kwargs)
+
+
+def _make_grounder(embedder: Any, calibration: Any, *, method: str | None = None, **options: Any) -> Any:
+    from engine.models.blip.grounder import BlipGrounder
+
+    return BlipGrounder(embedder, calibration, method=method or "gradcam", **options)
+
+
+def _rerank_support(embedder: Any) -> tuple[bool, str]:
+    from engine.models.blip.rerank import rerank_support
+
+    return rerank_support(embedder)
+
+
+def _rerank_scores(embedder: Any, images: Sequence[Any], query: str, ann_scores: Sequence[float],
+                   max_tokens: int | None = None) -> Any:
+    from engine.models.blip.rerank import rerank_scores
+
+    return rerank_scores(embedder, images, query, ann_scores, max_tokens=max_tokens)
+
+
+def _make_training_adapter(folder: Path, **kwargs: Any) -> Any:
+    from engine.models.blip.training import make_adapter
+
+    return make_adapter(folder, **kwargs)
+
+
+def _embed_training_scenes(folder: Path, scenes: Sequence[Any], device: str) -> Any:
+    from engine.models.blip.training import embed_training_scenes
+
+    return embed_training_scenes(folder, scenes, device)
+
+
+BACKEND = ModelBackend(
+    name=NAME,
+    folder_description="a BLIP folder (config.json)",
+    detect=_detect,
+    load_embedder=_load_embedder,
+    make_grounder=_make_grounder,
+    rerank_support=_rerank_support,
+    rerank_scores=_rerank_scores,
+    make_training_adapter=_make_training_adapter,
+    embed_training_scenes=_embed_training_scenes,
+    detect_order=90,  # config.json is what every Hugging Face folder has: checked last
+)
