@@ -467,7 +467,7 @@ class BlipEmbedder:
         )
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
-    def _text_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def text_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """All text tokens (N, L, hidden) from the unimodal text encoder; [CLS] first."""
         return self.model.text_encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
@@ -489,7 +489,7 @@ class BlipEmbedder:
                 if self._fast is not None:
                     feats[idx] = self._normalised(self._fast.text_features(ids, mask))
                 else:
-                    states = self._text_states(ids, mask)
+                    states = self.text_states(ids, mask)
                     feats[idx] = self._normalised(self.model.text_proj(states[:, 0, :]))
         return feats
 
@@ -511,7 +511,7 @@ class BlipEmbedder:
         return np.concatenate(feats, axis=0)
 
     # Room for later additions (patch features, ITM scores): vision_states() and
-    # _text_states() expose the full token states; the ITM head is self.model.itm_head and
+    # text_states() expose the full token states; the ITM head is self.model.itm_head and
     # the tokenizer's [ENC] id is self.tokenizer.convert_tokens_to_ids("[ENC]").
 
 

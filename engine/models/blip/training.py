@@ -104,7 +104,7 @@ class BlipAdapter:
     def encode_texts(self, texts: Sequence[str], max_tokens: int) -> torch.Tensor:
         enc = self.embedder.tokenize(list(texts), max_tokens)
         with self._autocast():
-            states = self.embedder._text_states(enc["input_ids"].to(self.device),
+            states = self.embedder.text_states(enc["input_ids"].to(self.device),
                                                 enc["attention_mask"].to(self.device))
             proj = self.model.text_proj(states[:, 0, :])
         # Normalised in float32, as BlipEmbedder does: low-precision norms of 256-d vectors drift.
