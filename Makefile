@@ -53,8 +53,8 @@ bench: $(STAMP)
 # grounding calibration and re-measure it.
 demo-model: $(STAMP)
 	$(BIN)/python -m engine.training.sceneworld_mini --out resources/models/sceneworld-mini --seed 0
-	$(BIN)/python -m engine.grounding.matcher --model-dir resources/models/sceneworld-mini --rounds 4
-	$(BIN)/python -m engine.grounding.calibration --model sceneworld-mini
+	$(BIN)/python -m engine.training.matcher_training --model-dir resources/models/sceneworld-mini --rounds 4
+	$(BIN)/python -m engine.evaluation.grounding_calibration --model sceneworld-mini
 	$(BIN)/python -m engine.evaluation.sceneworld_report --out docs/sceneworld.md
 
 # The C1–C10 study on SceneWorld: trains 14 text towers and rewrites docs/reproduction.md.

@@ -54,6 +54,12 @@ class ModelBackend:
     embed_training_scenes: Callable[[Path, Sequence[Any], str], np.ndarray] | None = None
     #: Folders are detected in ascending order: backends with a specific marker file first.
     detect_order: int = 50
+    #: Whether `longlens models import` installs folders of this backend (Hugging Face layout).
+    importable: bool = False
+    #: import_config_check(config_json: dict) raises ModelError when config.json is not this backend's.
+    import_config_check: Callable[[dict[str, Any]], None] | None = None
+    #: import_weights_check(folder, weight_files) raises when the config does not fit the weights.
+    import_weights_check: Callable[[Path, list[str]], None] | None = None
 
     def check_rerank(self, embedder: Any) -> tuple[bool, str]:
         if self.rerank_support is None or self.rerank_scores is None:

@@ -170,11 +170,11 @@ def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
         raise ModelIntegrityError(f"config.json is not valid JSON: {e}") from None
     if not isinstance(cfg, dict):
         raise ModelIntegrityError("config.json is not a JSON object")
-    if backend == "blip" and cfg.get("model_type") != "blip":
-        raise ModelError(
-            f"config.json says model_type={cfg.get('model_type')!r}; the blip backend needs a BLIP "
-            "checkpoint (model_type 'blip')"
-        )
+    from engine.models.registry import get_backend
+
+    hooks = get_backend(backend)
+    if hooks.import_config_check is not None:
+        hooks.import_config_check(cfg)
     from safetensors import safe_open
 
     for rel in weights:
@@ -185,15 +185,19 @@ def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
             raise ModelIntegrityError(f"{rel} is not a valid safetensors file: {e}") from None
         if not keys:
             raise ModelIntegrityError(f"{rel} contains no tensors")
-    if backend == "blip":
-        from engine.models.blip.shapes import check_blip_config_fits_weights
-
+    if hooks.import_weights_check is not None:
         # The config's sizes decide what loading allocates: refuse them now, not at first search.
-        main = [w for w in weights if not w.startswith(TEXT_TOWER_DIR + "/")]
-        check_blip_config_fits_weights(folder, weight_files=main)
+        hooks.import_weights_check(folder, [w for w in weights if not w.startswith(TEXT_TOWER_DIR + "/")])
 
 
 # --- import ----------------------------------------------------------------------------------
+
+
+def importable_backends() -> list[str]:
+    """Backends whose folders `longlens models import` can install (the registry's table says)."""
+    from engine.models.registry import backend_names, get_backend
+
+    return [n for n in backend_names() if get_backend(n).importable]
 
 
 def _is_importable(rel: str) -> bool:
@@ -257,9 +261,11 @@ def import_model(
             raise ModelError(f"{name!r} is the bundled demo model; import under another name")
         if backend != spec.backend:
             raise ModelError(f"{name!r} is a {spec.backend} model; cannot import it as {backend!r}")
-    if backend != "blip":
+    importable = importable_backends()
+    if backend not in importable:
         raise ModelError(
-            f"importing {backend!r} models is not supported; only 'blip' folders can be imported"
+            f"importing {backend!r} models is not supported; only {', '.join(map(repr, importable))} "
+            "folders can be imported"
         )
 
     final = paths.models / name

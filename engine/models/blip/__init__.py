@@ -71,6 +71,20 @@ def _embed_training_scenes(folder: Path, scenes: Sequence[Any], device: str) -> 
     return embed_training_scenes(folder, scenes, device)
 
 
+def _import_config_check(cfg: dict[str, Any]) -> None:
+    if cfg.get("model_type") != "blip":
+        raise ModelError(
+            f"config.json says model_type={cfg.get('model_type')!r}; the blip backend needs a BLIP "
+            "checkpoint (model_type 'blip')"
+        )
+
+
+def _import_weights_check(folder: Path, weight_files: list[str]) -> None:
+    from engine.models.blip.shapes import check_blip_config_fits_weights
+
+    check_blip_config_fits_weights(folder, weight_files=weight_files)
+
+
 BACKEND = ModelBackend(
     name=NAME,
     folder_description="a BLIP folder (config.json)",
@@ -82,4 +96,7 @@ BACKEND = ModelBackend(
     make_training_adapter=_make_training_adapter,
     embed_training_scenes=_embed_training_scenes,
     detect_order=90,  # config.json is what every Hugging Face folder has: checked last
+    importable=True,
+    import_config_check=_import_config_check,
+    import_weights_check=_import_weights_check,
 )
