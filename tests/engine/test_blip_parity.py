@@ -23,14 +23,6 @@ from transformers import BertTokenizerFast, BlipForImageTextRetrieval, BlipImage
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.models.base import Embedder
-from engine.models.blip.embedder import (
-    TEXT_TOWER_META,
-    TEXT_TOWER_WEIGHTS,
-    BlipEmbedder,
-    resolve_device,
-    resolve_dtype,
-    save_text_tower,
-)
 from engine.models.blip.checkpoints import (
     BLIP_DEC_TOKEN_ID,
     BLIP_ENC_TOKEN_ID,
@@ -41,6 +33,14 @@ from engine.models.blip.checkpoints import (
     build_blip_tokenizer,
     save_random_blip_checkpoint,
     tiny_blip_config,
+)
+from engine.models.blip.embedder import (
+    TEXT_TOWER_META,
+    TEXT_TOWER_WEIGHTS,
+    BlipEmbedder,
+    resolve_device,
+    resolve_dtype,
+    save_text_tower,
 )
 
 TOL = 1e-4

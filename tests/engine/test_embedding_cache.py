@@ -121,8 +121,8 @@ def test_a_changed_file_is_hashed_and_embedded_again(tmp_path, embedder, images)
 
 
 def test_a_cache_belongs_to_one_vision_tower(tmp_path, embedder, images):
-    from engine.models.blip.embedder import BlipEmbedder
     from engine.models.blip.checkpoints import save_random_blip_checkpoint
+    from engine.models.blip.embedder import BlipEmbedder
 
     run_to_end(build_cache(embedder, images[:2], tmp_path / "cache"))
     other = BlipEmbedder(save_random_blip_checkpoint(tmp_path / "other", size="tiny", seed=1), device="cpu")

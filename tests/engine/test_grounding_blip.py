@@ -13,8 +13,13 @@ import torch
 from PIL import Image
 
 from engine.grounding import get_grounder
-from engine.models.blip.grounder import BlipGrounder, CrossAttentionRecorder, gradcam_from, has_cross_attention
 from engine.models.blip.embedder import BlipEmbedder
+from engine.models.blip.grounder import (
+    BlipGrounder,
+    CrossAttentionRecorder,
+    gradcam_from,
+    has_cross_attention,
+)
 
 PARAGRAPH = "A red ball lies on the grass, next to a wooden bench. Two white clouds drift across the sky."
 
