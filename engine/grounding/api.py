@@ -1,8 +1,9 @@
 """The grounding interface the GUI displays: phrases of a query, their support, their region maps.
 
-This module only defines the shapes. The implementations live next to it: phrase chunking
-(`chunking.py`), per-phrase region maps and support scores (`mini.py` for sceneworld-mini,
-`blip.py` for BLIP); `engine.grounding.get_grounder` picks one for an embedder.
+This module only defines the shapes. Phrase chunking lives next to it (`chunking.py`); per-phrase
+region maps and support scores live in each backend's folder (engine/models/sceneworld_mini/grounder.py,
+engine/models/blip/grounder.py); `engine.grounding.get_grounder` asks the registry for the
+embedder's backend and lets it make one.
 
 Conventions an implementation must follow:
 
