@@ -130,6 +130,11 @@ def register_backend(backend: ModelBackend) -> ModelBackend:
     return backend
 
 
+def unregister_backend(name: str) -> None:
+    """Drop a backend `register_backend` added (a built-in one is re-imported when next asked for)."""
+    _BACKENDS.pop(name, None)
+
+
 def backend_names() -> tuple[str, ...]:
     """Every backend name Longlens knows: the built-in ones, then registered ones."""
     return tuple(dict.fromkeys([*_BACKEND_PACKAGES, *_BACKENDS]))

@@ -199,7 +199,7 @@ def toy_home(tmp_path, monkeypatch) -> Path:
     (model / "toy.json").write_text("{}", encoding="utf-8")
     write_local_manifest(model, "toy", TOY)
     yield home
-    registry._BACKENDS.pop(TOY, None)  # the test's own backend: leave the table as it was
+    registry.unregister_backend(TOY)  # leave the table as it was
 
 
 @pytest.fixture
