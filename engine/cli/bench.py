@@ -1,4 +1,4 @@
-"""`longlens bench` (registered by engine/cli.py's COMMAND_MODULES); see engine/bench/suite.py."""
+"""`longlens bench`; the measurements are engine/bench/suite.py's."""
 
 from __future__ import annotations
 
