@@ -100,8 +100,8 @@ def test_demo_opens_the_gui_when_a_display_is_there(monkeypatch, paths, blip_tin
 def test_first_run_offers_the_demo_collection(qtbot, paths, hub, blip_tiny_checkpoint, photos, monkeypatch):
     """No model, no library: the window says so and the demo button sets everything up."""
     from desktop_app.workers import Backend
-    from engine.sample_collection import DEMO_MODEL
     from engine.models.download import import_model
+    from engine.sample_collection import DEMO_MODEL
 
     _without_bundled_model(monkeypatch, paths)
     backend = Backend(paths)
