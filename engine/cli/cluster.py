@@ -120,4 +120,4 @@ def register(sub: Any) -> None:
     sp.add_argument("--source", help="the folder as the cluster saw it, when the shards hold several")
     sp.add_argument("--json", action="store_true", help="print the import summary as JSON")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
-    sp.set_defaults(func=cmd_import_shards)
+    sp.set_defaults(func=cmd_import_shards, flags={"source_root": "--source", "model_id": "--model", "model": "--model"})

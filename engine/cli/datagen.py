@@ -26,6 +26,15 @@ GEN_TEMPERATURE = options.Number("sampling temperature", float, 0, 2)
 GEN_TOKENS = options.count("tokens per answer", 1, 32768)
 
 
+# The settings an engine error may name (DatagenRequest's fields), as this command's flags.
+DATAGEN_FLAGS = {
+    "images": "--images", "list": "--list", "out": "--out", "prompts_dir": "--prompts", "endpoint": "--endpoint",
+    "generator": "--generator", "scorer": "--scorer", "concurrency": "--concurrency", "timeout": "--timeout",
+    "parse_retries": "--parse-retries", "max_regenerations": "--max-regenerations", "max_retries": "--max-retries",
+    "score_threshold": "--score-threshold", "max_side": "--max-side", "n": "--n",
+}
+
+
 def register(sub: Any) -> None:
     from engine.datagen.sampling import Sampling
 
@@ -83,7 +92,7 @@ def register(sub: Any) -> None:
 
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_datagen)
+    p.set_defaults(func=cmd_datagen, flags=DATAGEN_FLAGS)
 
 
 def _postfix(p: Any) -> str:

@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
     se.add_argument("--limit", type=options.count("number of entries", 1, 100_000_000), help="sharegpt4v: only the first N entries (Long-CLIP protocol: 1000)")
     se.add_argument("--device", default="auto")
     se.add_argument("--json", action="store_true")
-    se.set_defaults(func=cmd_eval)
+    se.set_defaults(func=cmd_eval, flags={"root": "--root", "annotations": "--annotations", "n": "--n", "model": "--model"})
 
 
 def _load_model(ref: str, paths: Any, device: str, text_tower: Path | None) -> Any:

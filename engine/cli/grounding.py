@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
     sg.add_argument("--out", type=Path, required=True, help="folder for overlays, arrays and grounding.json")
     sg.add_argument("--json", action="store_true", help="print grounding.json to stdout")
     model_args(sg)
-    sg.set_defaults(func=cmd_ground)
+    sg.set_defaults(func=cmd_ground, flags={"model": "--model"})
 
 
 def model_args(p: argparse.ArgumentParser) -> None:

@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
     sc.add_argument("--threshold", type=THRESHOLD, default=LOW_SUPPORT,
                     help="supports below this are flagged low (default 0.5: undecided)")
     model_args(sc)
-    sc.set_defaults(func=cmd_check)
+    sc.set_defaults(func=cmd_check, flags={"model": "--model"})
 
 
 def _check_outputs(args: argparse.Namespace, items: list[tuple[int, dict[str, Any] | None, str | None]]) -> Path | None:

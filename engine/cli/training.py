@@ -66,7 +66,8 @@ def register(sub: Any) -> None:
     tp.add_argument("--strict", action="store_true", help="abort on the first bad data line instead of skipping it")
     tp.add_argument("--json", action="store_true", help="print the run summary as JSON")
     tp.add_argument("--quiet", action="store_true", help="no progress bar")
-    tp.set_defaults(func=cmd_train)
+    tp.set_defaults(func=cmd_train, flags={"resume": "--resume", "out_dir": "--out", "batch_size": "--batch-size",
+                                          "cache_dir": "--cache", "model": "--base"})
     tsub = tp.add_subparsers(dest="train_cmd", metavar="{cache,validate}")
 
     tc = tsub.add_parser("cache", help="compute the frozen image embeddings of a data file (resumable)")
@@ -79,7 +80,7 @@ def register(sub: Any) -> None:
     tc.add_argument("--strict", action="store_true")
     tc.add_argument("--json", action="store_true")
     tc.add_argument("--quiet", action="store_true")
-    tc.set_defaults(func=cmd_train_cache)
+    tc.set_defaults(func=cmd_train_cache, flags={"cache_dir": "--out", "batch_size": "--batch-size", "model": "--base"})
 
     tv = tsub.add_parser("validate", help="check a training JSONL; lists problems by line number")
     tv.add_argument("file", type=Path)
@@ -88,7 +89,7 @@ def register(sub: Any) -> None:
     tv.add_argument("--no-image-check", action="store_true", help="do not check that image files exist")
     tv.add_argument("--limit", type=PROBLEM_LIMIT, default=50, help="problems to print (default 50)")
     tv.add_argument("--json", action="store_true")
-    tv.set_defaults(func=cmd_train_validate)
+    tv.set_defaults(func=cmd_train_validate, flags={})
 
 
 def _postfix(p: Any) -> str | None:
