@@ -45,24 +45,24 @@ stress: $(STAMP)
 		$(BIN)/python -m pytest -q -p no:cacheprovider -m stress tests
 
 bench: $(STAMP)
-	$(BIN)/python -m engine.bench.ann --out docs/benchmarks.md
-	$(BIN)/python -m engine.bench.indexing --out docs/benchmarks.md
+	$(BIN)/longlens dev bench-ann --out docs/benchmarks.md
+	$(BIN)/longlens dev bench-indexing --out docs/benchmarks.md
 	$(BIN)/longlens bench --out docs/benchmarks.md --json-out docs/bench.json
 
 # Retrain the bundled demo model and its matching head (about 70 min on 2 idle CPU cores), refit the
 # grounding calibration and re-measure it.
 demo-model: $(STAMP)
-	$(BIN)/python -m engine.training.sceneworld_mini --out resources/models/sceneworld-mini --seed 0
-	$(BIN)/python -m engine.training.matcher_training --model-dir resources/models/sceneworld-mini --rounds 4
-	$(BIN)/python -m engine.evaluation.grounding_calibration --model sceneworld-mini
-	$(BIN)/python -m engine.evaluation.sceneworld_report --out docs/sceneworld.md
+	$(BIN)/longlens dev train-sceneworld-mini --out resources/models/sceneworld-mini --seed 0
+	$(BIN)/longlens dev train-matcher --model-dir resources/models/sceneworld-mini --rounds 4
+	$(BIN)/longlens dev calibrate --model sceneworld-mini
+	$(BIN)/longlens dev sceneworld-report --out docs/sceneworld.md
 
 # The C1–C10 study on SceneWorld: trains 14 text towers and rewrites docs/reproduction.md.
 reproduction: $(STAMP)
-	$(BIN)/python -m engine.training.reproduction --out docs/reproduction.md
+	$(BIN)/longlens dev reproduction --out docs/reproduction.md
 
 sceneworld-report: $(STAMP)
-	$(BIN)/python -m engine.evaluation.sceneworld_report --out docs/sceneworld.md
+	$(BIN)/longlens dev sceneworld-report --out docs/sceneworld.md
 
 # The Linux bundle (PyInstaller one folder + tarball, AppImage when appimagetool is on PATH), built
 # from a clean copy in its own venv (build/installer/venv, pins in installer/requirements.txt) and

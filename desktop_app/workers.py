@@ -487,7 +487,7 @@ class Backend:
 
     @staticmethod
     def model_notice(name: str | None) -> str | None:
-        from engine.demo import model_notice
+        from engine.sample_collection import model_notice
 
         return model_notice(name)
 
@@ -701,7 +701,7 @@ class Backend:
     # -- demo -----------------------------------------------------------------
     def demo_setup(self) -> str:
         """Install the demo model and photos; make the demo model the default if none works."""
-        from engine.demo import demo_setup
+        from engine.sample_collection import demo_setup
 
         model, photos, self._demo_query = demo_setup(self.paths)
         if self.model_state().name is None:
@@ -709,7 +709,7 @@ class Backend:
         return str(photos)
 
     def demo_query(self) -> str:
-        from engine.demo import DEMO_QUERY
+        from engine.sample_collection import DEMO_QUERY
 
         return getattr(self, "_demo_query", DEMO_QUERY)
 

@@ -7,7 +7,19 @@ from __future__ import annotations
 
 
 class LonglensError(Exception):
-    """Base class: the message is meant for a person, not a traceback reader."""
+    """Base class: the message is meant for a person, not a traceback reader.
+
+    Messages never name a command-line flag (the GUI shows them too): they speak of the setting.
+    `settings` names the settings or parameters the message asks to change (e.g. ("resume",)),
+    so a front end can point at its own control for each (the CLI adds the flags).
+    """
+
+    settings: tuple[str, ...] = ()
+
+    def __init__(self, *args: object, settings: tuple[str, ...] = ()) -> None:
+        super().__init__(*args)
+        if settings:
+            self.settings = tuple(settings)
 
 
 class ConfigError(LonglensError):

@@ -73,7 +73,8 @@ class Services:
             return next(iter(used))
         if len(used) > 1:
             raise ModelError(
-                f"the catalog holds vectors of several models ({', '.join(sorted(used))}); pick one with --model"
+                f"the catalog holds vectors of several models ({', '.join(sorted(used))}); choose the model to use",
+                settings=("model",),
             )
         from engine.models.registry import list_models
 
@@ -89,7 +90,8 @@ class Services:
             raise ModelError(
                 "no model is installed: run `longlens demo`, or `longlens models import DIR --name NAME`"
             )
-        raise ModelError(f"several models are installed ({', '.join(installed)}); pick one with --model")
+        raise ModelError(f"several models are installed ({', '.join(installed)}); choose the model to use",
+                         settings=("model",))
 
     def embedder(self, name: str | None = None, device: str = "auto", text_tower: Path | None = None) -> Embedder:
         name = self.default_model_name(name)

@@ -69,7 +69,7 @@ def run(out: Path, home: Path) -> int:
     from desktop_app.main_window import MainWindow
     from desktop_app.views.results_model import ThumbnailStateRole
     from desktop_app.workers import Backend, WorkerHub, resolve_paths
-    from engine.demo import SCENEWORLD_DEMO_SEED, demo_setup
+    from engine.sample_collection import SCENEWORLD_DEMO_SEED, demo_setup
 
     out.mkdir(parents=True, exist_ok=True)
     app = ensure_app()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bench.report import machine_description, update_section
+from engine.errors import LonglensError
 
 Log = Callable[[str], None]
 
@@ -340,9 +341,11 @@ def main_args(args: Any) -> int:
     only = set(args.only.split(",")) if args.only else None
     unknown = (only or set()) - set(SECTIONS)
     if unknown:
-        raise SystemExit(f"--only: unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
+        raise LonglensError(f"unknown section(s) to re-measure: {', '.join(sorted(unknown))}; choose from "
+                            f"{', '.join(SECTIONS)}", settings=("only",))
     if only is not None and set(only) != set(SECTIONS) and args.merge is None:
-        raise SystemExit("--only needs --merge FILE: an earlier run's JSON (--json-out) for the other sections")
+        raise LonglensError("re-measuring only some sections needs an earlier run's JSON for the other sections",
+                            settings=("only", "merge"))
     base = None
     if args.merge is not None:
         try:
@@ -350,7 +353,7 @@ def main_args(args: Any) -> int:
 
             base = json.loads(read_user_text(args.merge))
         except (OSError, ValueError) as exc:
-            raise SystemExit(f"--merge: cannot read {args.merge}: {exc}") from None
+            raise LonglensError(f"cannot read the earlier run's JSON {args.merge}: {exc}", settings=("merge",)) from None
     _check_bench_outputs(args)
     result = run_bench(cfg, quick=args.quick, with_1m=not args.no_1m, gpu=args.gpu, log=log, only=only, base=base)
     out = args.out if args.out is not None else (None if args.quick else Path("docs/benchmarks.md"))

@@ -32,5 +32,6 @@ def require_ray() -> ModuleType:
         import ray
         import ray.data  # noqa: F401
     except ImportError as exc:
-        raise ClusterError(f"--cluster needs Ray, which is not installed: {INSTALL_HINT}") from exc
+        raise ClusterError(f"indexing on a cluster needs Ray, which is not installed: {INSTALL_HINT}",
+                           settings=("cluster",)) from exc
     return ray

@@ -119,7 +119,7 @@ def import_shards(
     if source_root is None:
         if len(roots) > 1:
             raise ClusterError(f"{shards_dir} holds shards of several folders ({', '.join(roots)}); "
-                               "pick one with --source")
+                               "pick the source folder to import", settings=("source_root",))
         source_root = roots[0]
     good = [s for s in good if s.source_root == source_root]
     if not good:
@@ -127,7 +127,7 @@ def import_shards(
     models = sorted({s.model_id for s in good})
     if len(models) > 1:
         raise ClusterError(f"the shards of {source_root} hold vectors of several models ({', '.join(models)}); "
-                           "pick one with --model")
+                           "pick the model to import", settings=("model_id",))
     model = models[0]
     if installed_identity is not None:
         from engine.models.registry import identity_name

@@ -80,7 +80,8 @@ def parse_address(address: str) -> tuple[str | None, int | None]:
         if not n:
             return None, min(os.cpu_count() or 2, 4)
         if not n.isdigit() or int(n) < 1:
-            raise ClusterError(f"--cluster {address!r}: expected 'local' or 'local:N' with N CPUs >= 1")
+            raise ClusterError(f"cluster address {address!r}: expected 'local' or 'local:N' with N CPUs >= 1",
+                                   settings=("cluster",))
         return None, int(n)
     return address, None
 

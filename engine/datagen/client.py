@@ -70,7 +70,8 @@ def chat_url(endpoint: str) -> str:
     """Accept 'http://host:port', '.../v1' or the full '.../v1/chat/completions'."""
     url = endpoint.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
-        raise LonglensError(f"--endpoint must start with http:// or https://, got {endpoint!r}")
+        raise LonglensError(f"the endpoint URL must start with http:// or https://, got {endpoint!r}",
+                            settings=("endpoint",))
     if url.endswith("/chat/completions"):
         return url
     if url.endswith("/v1"):
@@ -215,8 +216,8 @@ class ChatClient:
                     problem = f"HTTP {status}" + (f": {detail}" if detail else "")
                     if status not in RETRY_STATUSES and status < 500:
                         self._count(gave_up=1)
-                        hint = " (check --api-key)" if status in (401, 403) else (
-                            " (check --endpoint and the model names)" if status == 404 else "")
+                        hint = " (check the API key)" if status in (401, 403) else (
+                            " (check the endpoint URL and the model names)" if status == 404 else "")
                         raise EndpointError(f"{self.url}: {problem}{hint}", status, fatal=status in FATAL_STATUSES)
                     lower = {k.lower(): v for k, v in headers.items()}
                     retry_after = parse_retry_after(lower.get("retry-after"))

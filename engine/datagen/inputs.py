@@ -40,11 +40,12 @@ class ImageItem:
 def images_in_folder(folder: Path | str) -> list[ImageItem]:
     folder = Path(folder).expanduser()
     if not folder.is_dir():
-        raise InputError(f"--images {folder} is not a folder")
+        raise InputError(f"the image folder {folder} is not a folder", settings=("images",))
     found = sorted(p.resolve() for p in folder.rglob("*")
                    if p.suffix.lower() in SUPPORTED_EXTENSIONS and p.is_file() and not p.name.startswith("."))
     if not found:
-        raise InputError(f"--images {folder}: no image files (looked for {', '.join(sorted(SUPPORTED_EXTENSIONS))})")
+        raise InputError(f"the image folder {folder} holds no image files (looked for "
+                         f"{', '.join(sorted(SUPPORTED_EXTENSIONS))})", settings=("images",))
     return [ImageItem(p) for p in found]
 
 
@@ -58,7 +59,7 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
 
     path = Path(path).expanduser()
     if not path.exists():
-        raise InputError(f"--list {path} does not exist")
+        raise InputError(f"the image list {path} does not exist", settings=("list",))
     unread: list[str] = []
 
     def text_lines(split_cr: bool = False) -> Iterator[str]:
@@ -70,9 +71,9 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
                     unread.append(f"{path}:{line.line_no}: line: {line.problem}")
                 yield line.text
         except NotARegularFileError as exc:
-            raise InputError(f"--list {exc}") from None
+            raise InputError(f"the image list: {exc}", settings=("list",)) from None
         except OSError as exc:
-            raise InputError(f"cannot read --list {path}: {exc.strerror or exc}") from None
+            raise InputError(f"cannot read the image list {path}: {exc.strerror or exc}", settings=("list",)) from None
 
     base = path.resolve().parent
     items: list[ImageItem] = []
@@ -114,7 +115,7 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
         try:
             header = [h.strip().lower() for h in next(reader)]
         except StopIteration:
-            raise InputError(f"--list {path} is empty") from None
+            raise InputError(f"the image list {path} is empty", settings=("list",)) from None
         if "image" not in header:
             raise InputError(f"{path}:1: the header has no 'image' column (found: {', '.join(header) or 'nothing'})")
         ci = header.index("image")
@@ -135,9 +136,9 @@ def read_image_list(path: Path | str, *, max_problems: int = 20) -> list[ImageIt
     problems = sorted(unread + problems, key=lambda p: int(p.removeprefix(f"{path}:").split(":", 1)[0]))
     if problems:
         more = f"\n... and {len(problems) - max_problems} more" if len(problems) > max_problems else ""
-        raise InputError(f"--list {path} has {len(problems)} bad line(s):\n" + "\n".join(problems[:max_problems]) + more)
+        raise InputError(f"the image list {path} has {len(problems)} bad line(s):\n" + "\n".join(problems[:max_problems]) + more)
     if not items:
-        raise InputError(f"--list {path} names no images")
+        raise InputError(f"the image list {path} names no images", settings=("list",))
     return items
 
 

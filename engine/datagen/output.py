@@ -50,7 +50,7 @@ def recover(path: Path) -> ResumeState:
     if not path.exists():
         return state
     if not path.is_file():
-        raise OutputError(f"--out {path} is not a file")
+        raise OutputError(f"the training data file {path} is not a file", settings=("out",))
     from engine.fileutil import read_user_file
 
     try:
@@ -82,7 +82,7 @@ def recover(path: Path) -> ResumeState:
             obj = json.loads(raw.decode("utf-8-sig" if n == 1 else "utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise OutputError(f"{path}:{n}: not a valid JSON line ({exc}); fix or remove that line, "
-                              "or write to another --out file") from None
+                              "or write to another file", settings=("out",)) from None
         ref = obj.get("image") if isinstance(obj, dict) else None
         if not isinstance(ref, str) or not ref.strip():
             raise OutputError(f"{path}:{n}: image: missing; this does not look like a training JSONL")

@@ -60,19 +60,21 @@ class DatagenRequest:
 
     def check(self) -> None:
         if self.concurrency < 1:
-            raise LonglensError("--concurrency must be at least 1")
+            raise LonglensError("the number of images in flight must be at least 1", settings=("concurrency",))
         if self.parse_retries < 0 or self.max_regenerations < 0 or self.max_retries < 0:
-            raise LonglensError("--parse-retries, --max-regenerations and --max-retries must be 0 or more")
+            raise LonglensError("re-asks, regenerations and retries must be 0 or more",
+                               settings=("parse_retries", "max_regenerations", "max_retries"))
         if not 0 <= self.score_threshold <= 10:
-            raise LonglensError("--score-threshold must be within 0..10")
+            raise LonglensError("the score threshold must be within 0..10", settings=("score_threshold",))
         if not 1 <= self.min_sentences <= self.max_sentences:
             raise LonglensError("sentence bounds must satisfy 1 <= min <= max")
         if self.timeout <= 0:
-            raise LonglensError("--timeout must be positive")
+            raise LonglensError("the request timeout must be positive", settings=("timeout",))
         if self.max_side < 64:
-            raise LonglensError("--max-side must be at least 64 pixels")
+            raise LonglensError("the picture side must be at least 64 pixels", settings=("max_side",))
         if not self.generator or not self.scorer:
-            raise LonglensError("--generator and --scorer name the endpoint's models; both are needed")
+            raise LonglensError("the generator and scorer models of the endpoint are both needed",
+                               settings=("generator", "scorer"))
 
 
 class ImageFailed(LonglensError):
@@ -323,7 +325,7 @@ def sceneworld_job(out: Path, seed: int, n: int, *, size: int = 256, image_dir: 
     except ValueError as exc:
         raise LonglensError(str(exc)) from None
     if n < 1:
-        raise LonglensError("--n must be at least 1")
+        raise LonglensError("the number of scenes must be at least 1", settings=("n",))
     out = Path(out).expanduser()
     image_dir = Path(image_dir) if image_dir is not None else out.parent / f"{out.stem}_images"
     cancel = cancel or CancelToken()

@@ -88,7 +88,7 @@ def load_prompts(override_dir: Path | str | None = None) -> Prompts:
     if override_dir is not None:
         override_dir = Path(override_dir)
         if not override_dir.is_dir():
-            raise PromptError(f"--prompts {override_dir} is not a folder")
+            raise PromptError(f"the prompts folder {override_dir} is not a folder", settings=("prompts_dir",))
         known = {f"{n}.txt" for n in TEMPLATE_NAMES}
         strays = sorted(p.name for p in override_dir.glob("*.txt") if p.name not in known)
         if strays:

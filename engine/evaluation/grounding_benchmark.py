@@ -136,7 +136,7 @@ def evaluate_grounding(embedder: Any, *, seed: int, n: int, method: str | None =
     from engine.sceneworld import check_eval_seed
 
     if n < 1:
-        raise LonglensError("--n must be at least 1")
+        raise LonglensError("the number of scenes must be at least 1", settings=("n",))
     try:
         check_eval_seed(seed)
     except ValueError as exc:

@@ -1,7 +1,7 @@
 """Fitting support calibrations (maintenance; the app only loads and applies them, see
 engine/grounding/calibration.py, which documents the scheme).
 
-Regenerate with:  python -m engine.evaluation.grounding_calibration --model sceneworld-mini
+Regenerate with:  longlens dev calibrate --model sceneworld-mini
 
 Each level ("phrase", "relation", "sentence") is a logistic regression (Platt scaling) on a
 few features, fitted on balanced positives and negatives, so p = 0.5 is the point where a
@@ -100,7 +100,7 @@ def fit_calibration(embedder: Any, *, seed: int = VALIDATION_SEED, n: int = 400)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine.evaluation.grounding_calibration",
+    ap = argparse.ArgumentParser(prog="longlens dev calibrate",
                                  description="Fit support calibration on SceneWorld validation scenes.")
     ap.add_argument("--model", default="sceneworld-mini")
     ap.add_argument("--seed", type=options.SEED, default=VALIDATION_SEED)

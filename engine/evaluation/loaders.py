@@ -84,7 +84,7 @@ def _check_images(images: list[Path], source: Path) -> None:
     missing = [p for p in images if not p.is_file()]
     if missing:
         raise BenchmarkDataError(f"{len(missing)} of {len(images)} images listed in {source} are missing, "
-                                 f"e.g. {missing[0]} (is --root the dataset folder?)")
+                                 f"e.g. {missing[0]} (is the dataset folder right?)", settings=("root",))
 
 
 def _need_str(value: Any, where: str, what: str) -> str:
@@ -188,7 +188,7 @@ def load_flickr30k(root: Path, split: str = "test", *, annotations: Path | None 
     root = Path(root)
     ann = annotations or _first_existing(root / "dataset_flickr30k.json", root / "dataset_flickr.json")
     if ann is None:
-        raise BenchmarkDataError(f"no dataset_flickr30k.json in {root} (give --annotations FILE)")
+        raise BenchmarkDataError(f"no dataset_flickr30k.json in {root} (name the annotation file)", settings=("annotations",))
     image_root = images or _first_existing(root / "flickr30k-images", root / "images", root / "Images") or root
     if _is_coco_captions(ann):
         return load_coco_captions(ann, image_root, name="flickr30k", split=split, check_images=check_images)
@@ -235,7 +235,7 @@ def load_sharegpt4v(root: Path, *, annotations: Path | None = None, images: Path
         candidates = sorted(p for p in root.glob("*.json") if p.is_file())
         if len(candidates) != 1:
             raise BenchmarkDataError(f"expected exactly one ShareGPT4V .json file in {root}, found "
-                                     f"{len(candidates)} (give --annotations FILE)")
+                                     f"{len(candidates)} (name the annotation file)", settings=("annotations",))
         ann = candidates[0]
     doc = _read_json(Path(ann))
     if not isinstance(doc, list):
@@ -272,7 +272,8 @@ def load_docci(root: Path, split: str = "test", *, annotations: Path | None = No
     try:
         lines = read_user_text(ann).splitlines()  # never blocks on a FIFO or device
     except FileNotFoundError:
-        raise BenchmarkDataError(f"{ann} does not exist (is --root the DOCCI folder?)") from None
+        raise BenchmarkDataError(f"{ann} does not exist (is the dataset folder the DOCCI folder?)",
+                                 settings=("root",)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BenchmarkDataError(f"cannot read {ann}: {exc}") from None
     items: list[tuple[Path, list[str]]] = []
@@ -319,7 +320,7 @@ def load_benchmark(name: str, root: Path | None, split: str | None = None, **kw:
     if name == "sceneworld":
         return load_sceneworld(split or "long", seed=kw.get("seed", 1000), n=kw.get("n", 1000))
     if root is None:
-        raise BenchmarkDataError(f"benchmark {name} needs --root DIR (the dataset folder)")
+        raise BenchmarkDataError(f"benchmark {name} needs its dataset folder", settings=("root",))
     common = {k: kw[k] for k in ("annotations", "images", "check_images") if kw.get(k) is not None}
     if name == "flickr30k":
         return load_flickr30k(root, split or "test", **common)

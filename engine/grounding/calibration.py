@@ -6,7 +6,7 @@ evaluation; this module uses seed 1500, the test numbers use seed 2000) and stor
 the text model id and the SHA-256 of the model weights from the model's
 longlens-manifest.json, so a retrained model never silently reuses stale parameters.
 
-Regenerate with:  python -m engine.evaluation.grounding_calibration --model sceneworld-mini
+Regenerate with:  longlens dev calibrate --model sceneworld-mini
 (this module only loads and applies calibrations; fitting lives there, beside the benchmark).
 
 Each level ("phrase", "relation", "sentence") is a logistic regression (Platt scaling) on a
@@ -30,7 +30,7 @@ CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 CALIBRATION_FORMAT = 1
 VALIDATION_SEED = 1500
 TEST_SEED = 2000
-REGENERATE = "python -m engine.evaluation.grounding_calibration --model {model}"
+REGENERATE = "longlens dev calibrate --model {model}"
 
 
 @dataclass

@@ -271,7 +271,8 @@ def import_model(
     final = paths.models / name
     recover_models_folder(paths)  # a model a killed replace left aside is back before we look
     if (final.exists() or final.is_symlink()) and not replace:
-        raise ModelError(f"a model named {name!r} already exists at {final}; use --replace to overwrite it")
+        raise ModelError(f"a model named {name!r} already exists at {final}; replace it to overwrite it, or choose "
+                         "another name", settings=("replace",))
 
     roots = _allowed_roots(src)
     selected: list[tuple[str, Path]] = []  # (relative name in the install, source path)
@@ -614,7 +615,7 @@ def _check_pull_files(spec: ModelSpec, trust_unpinned: bool) -> None:
             if spec.files[fname] is None:
                 raise ModelIntegrityError(
                     f"{spec.name}: {fname} is a pickle file without a pinned SHA-256; Longlens never "
-                    "loads unpinned pickles (they can run code), --trust-unpinned does not change that"
+                    "loads unpinned pickles (they can run code), and trusting unpinned files does not change that"
                 )
             if suffix != ".bin":
                 raise ModelError(f"{spec.name}: only pickled .bin weights can be converted, not {fname}")
@@ -625,10 +626,11 @@ def _check_pull_files(spec: ModelSpec, trust_unpinned: bool) -> None:
     if unpinned and not trust_unpinned:
         raise ModelIntegrityError(
             f"{spec.name}: no pinned SHA-256 is known for {', '.join(unpinned)}, so Longlens cannot "
-            "check them. Run again with --trust-unpinned to accept them as downloaded from the pinned "
+            "check them. Run again trusting unpinned files to accept them as downloaded from the pinned "
             f"revision {spec.revision}; their hashes are then recorded so later verification catches "
             "any change. Or import a copy you trust with `longlens models import DIR --name "
-            f"{spec.name}`."
+            f"{spec.name}`.",
+            settings=("trust_unpinned",),
         )
 
 

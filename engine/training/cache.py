@@ -116,13 +116,15 @@ class EmbeddingCache:
             # even when the probe image happens to embed alike (a light fine-tune).
             raise CacheError(
                 f"the embedding cache {self.folder} was made with {self.identity}, not with the installed "
-                f"{model_id} ({identity}): its files changed since. Use another --cache folder."
+                f"{model_id} ({identity}): its files changed since. Use another cache folder.",
+                settings=("cache_dir",),
             )
         cos = float(np.dot(self.probe, probe) / max(np.linalg.norm(self.probe) * np.linalg.norm(probe), 1e-12))
         if probe.shape != self.probe.shape or cos < PROBE_MIN_COSINE:
             raise CacheError(
                 f"the embedding cache {self.folder} was made with another vision tower ({self.model_id}); "
-                f"{model_id} embeds its probe image differently (cosine {cos:.3f}). Use another --cache folder."
+                f"{model_id} embeds its probe image differently (cosine {cos:.3f}). Use another cache folder.",
+                settings=("cache_dir",),
             )
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ Two dense terms help the one-bit match loss (docs/grounding.md has the measureme
 
 Files: MODEL_DIR/matcher/{matcher.safetensors, matcher.json}.
 
-    python -m engine.training.matcher_training --model-dir resources/models/sceneworld-mini
+    longlens dev train-matcher --model-dir resources/models/sceneworld-mini
 """
 
 from __future__ import annotations
@@ -385,7 +385,7 @@ def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSe
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine.training.matcher_training",
+    ap = argparse.ArgumentParser(prog="longlens dev train-matcher",
                                  description="Train sceneworld-mini's image-text matching head.")
     ap.add_argument("--model-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, help="default: MODEL_DIR/matcher")
@@ -435,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     if out.resolve() == (args.model_dir / MATCHER_DIR).resolve() and add_to_manifest(args.model_dir):
         print(f"[matcher] listed in {args.model_dir}/longlens-manifest.json; now refit the calibration: "
-              "python -m engine.evaluation.grounding_calibration --model sceneworld-mini", file=sys.stderr)
+              "longlens dev calibrate --model sceneworld-mini", file=sys.stderr)
     return 0
 
 

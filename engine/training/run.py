@@ -74,8 +74,8 @@ def _check_resume(out_dir: Path, fp: dict[str, Any]) -> None:
     old = json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {})
     diffs = [k for k in ("config", "data_sha256", "base", "init_text_tower") if old.get(k) != fp.get(k)]
     if diffs:
-        raise ConfigError(f"--resume: {out_dir} holds a run with a different {', '.join(diffs)}; "
-                          "use a new --out folder or drop --resume")
+        raise ConfigError(f"cannot resume: {out_dir} holds a run with a different {', '.join(diffs)}; "
+                          "use a new output folder or start afresh instead of resuming", settings=("resume", "out_dir"))
 
 
 def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None) -> Iterator[Progress]:
@@ -94,8 +94,8 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
     cfg = req.config
     out_dir = Path(req.out_dir)
     if not req.resume and (out_dir / "checkpoint" / "state.pt").exists():
-        raise ConfigError(f"{out_dir} already holds a training run; pass --resume to continue it or "
-                          "choose another --out folder")
+        raise ConfigError(f"{out_dir} already holds a training run; resume it to continue it or "
+                          "choose another output folder", settings=("resume", "out_dir"))
     base = resolve_base(req.base, paths)
 
     yield Progress("validate", 0, None, f"reading {req.data}")
@@ -105,7 +105,7 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
                        extra={"problems": len(data.problems), "skipped": len(data.skipped_lines)})
     if len(data.records) < cfg.batch_size:
         raise ConfigError(f"{len(data.records)} usable lines in {req.data} are fewer than one batch of "
-                          f"{cfg.batch_size}; lower --batch-size")
+                          f"{cfg.batch_size}; lower the batch size", settings=("batch_size",))
     fp = _fingerprint(req, base.name)
     if req.resume:
         _check_resume(out_dir, fp)

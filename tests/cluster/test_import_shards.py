@@ -176,7 +176,7 @@ def test_shards_of_several_folders_need_source(svc, tmp_path):
     w = shardio.ShardWriter(out, "/elsewhere", "m", "zz", 10)
     w.add(shardio.result_table([_row("z.jpg", 9)], "m"))
     w.flush()
-    with pytest.raises(ClusterError, match="several folders .*pick one with --source"):
+    with pytest.raises(ClusterError, match="several folders .*pick the source folder"):
         _import(svc, out, lib)
     s = _import(svc, out, lib, source_root="/elsewhere")
     assert s.merge["new"] == 1 and not s.complete

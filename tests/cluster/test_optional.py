@@ -37,7 +37,7 @@ def test_cluster_index_without_ray_says_how_to_install(without_cluster_extra, tm
     from engine.cluster.job import run_cluster_index
 
     (tmp_path / "p").mkdir()
-    with pytest.raises(Exception, match=r"--cluster needs Ray, which is not installed: pip install longlens\[cluster\]"):
+    with pytest.raises(Exception, match=r"indexing on a cluster needs Ray, which is not installed: pip install longlens\[cluster\]"):
         next(run_cluster_index(tmp_path / "p", tmp_path / "out", "any", None))  # type: ignore[arg-type]
 
 

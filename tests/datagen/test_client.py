@@ -78,7 +78,7 @@ def test_a_rejected_request_is_not_retried(serve):
 
 def test_wrong_api_key_is_fatal_and_names_the_option(serve):
     srv = serve(api_key="secret")
-    with pytest.raises(EndpointError, match="check --api-key") as info:
+    with pytest.raises(EndpointError, match="check the API key") as info:
         _client(srv, api_key="wrong").chat("m", MSG)
     assert info.value.fatal and info.value.status == 401
     assert _client(srv, api_key="secret").chat("m", MSG, task="score").text  # the right key works

@@ -172,7 +172,7 @@ def test_requests_that_fail_for_good_fail_the_image_not_the_run(serve, photos, t
 def test_a_fatal_endpoint_error_stops_the_run(serve, photos, tmp_path):
     srv = serve(api_key="k")
     out = tmp_path / "d.jsonl"
-    with pytest.raises(LonglensError, match="stopping: .*HTTP 401.*check --api-key"):
+    with pytest.raises(LonglensError, match="stopping: .*HTTP 401.*check the API key"):
         _run(_req(images_in_folder(photos), out, srv, api_key="nope"))
     assert out.read_text() == ""
     assert len(srv.requests()) <= 2  # the images in flight, not one request per image

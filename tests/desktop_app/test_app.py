@@ -75,32 +75,33 @@ def _without_bundled_model(monkeypatch, paths) -> None:
 
 
 def test_demo_opens_the_gui_when_a_display_is_there(monkeypatch, paths, blip_tiny_checkpoint, photos, capsys):
-    import engine.cli
-    import engine.demo
+    import engine.cli.common
+    import engine.cli.demo
+    import engine.sample_collection
     from engine.models.download import import_model
 
     _without_bundled_model(monkeypatch, paths)
-    monkeypatch.setattr(engine.demo, "ensure_demo_model",
-                        lambda p: import_model(blip_tiny_checkpoint, engine.demo.DEMO_MODEL, p) and engine.demo.DEMO_MODEL)
-    monkeypatch.setattr(engine.demo, "ensure_demo_photos", lambda p: photos)
+    monkeypatch.setattr(engine.sample_collection, "ensure_demo_model",
+                        lambda p: import_model(blip_tiny_checkpoint, engine.sample_collection.DEMO_MODEL, p) and engine.sample_collection.DEMO_MODEL)
+    monkeypatch.setattr(engine.sample_collection, "ensure_demo_photos", lambda p: photos)
     launched = []
-    monkeypatch.setattr(engine.cli, "launch_gui", lambda argv=(): launched.append(list(argv)) or 0)
+    monkeypatch.setattr(engine.cli.common, "launch_gui", lambda argv=(): launched.append(list(argv)) or 0)
     monkeypatch.setenv("DISPLAY", ":99")
     import tqdm
 
     monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no process-wide tqdm monitor thread
-    assert engine.demo.run_demo(paths, no_gui=False, out=__import__("sys").stdout) == 0
+    assert engine.cli.demo.run_demo(paths, no_gui=False, out=__import__("sys").stdout) == 0
     out = capsys.readouterr().out
     assert "RANDOM, UNTRAINED" in out and "opening the desktop app" in out
-    assert launched and launched[0][:2] == ["--model", engine.demo.DEMO_MODEL]
+    assert launched and launched[0][:2] == ["--model", engine.sample_collection.DEMO_MODEL]
     assert "--query" in launched[0]
 
 
 def test_first_run_offers_the_demo_collection(qtbot, paths, hub, blip_tiny_checkpoint, photos, monkeypatch):
     """No model, no library: the window says so and the demo button sets everything up."""
     from desktop_app.workers import Backend
-    from engine.demo import DEMO_MODEL
     from engine.models.download import import_model
+    from engine.sample_collection import DEMO_MODEL
 
     _without_bundled_model(monkeypatch, paths)
     backend = Backend(paths)

@@ -83,11 +83,11 @@ def test_bad_date_filter_is_explained(home, cli):
 
 
 def test_demo_without_sceneworld_model_says_untrained(tmp_path, monkeypatch, capsys):
-    import engine.demo
+    import engine.sample_collection
 
     monkeypatch.setenv("LONGLENS_HOME", str(tmp_path / "h"))
     monkeypatch.delenv("DISPLAY", raising=False)
-    monkeypatch.setattr(engine.demo, "sceneworld_model_available", lambda paths: False)
+    monkeypatch.setattr(engine.sample_collection, "sceneworld_model_available", lambda paths: False)
     assert cli_main(["demo", "--no-gui"]) == 0
     out = capsys.readouterr().out
     assert "RANDOM, UNTRAINED" in out
@@ -100,16 +100,16 @@ def test_demo_without_sceneworld_model_says_untrained(tmp_path, monkeypatch, cap
 
 
 def test_demo_with_sceneworld_mini_finds_the_described_scene(tmp_path, monkeypatch, capsys):
-    import engine.demo
+    import engine.sample_collection
 
-    if not engine.demo.sceneworld_model_available(engine.config.get_paths(tmp_path / "h")):
+    if not engine.sample_collection.sceneworld_model_available(engine.config.get_paths(tmp_path / "h")):
         pytest.skip("sceneworld-mini is not shipped in this checkout")
     monkeypatch.setenv("LONGLENS_HOME", str(tmp_path / "h"))
     monkeypatch.delenv("DISPLAY", raising=False)
     assert cli_main(["demo", "--no-gui"]) == 0
     out = capsys.readouterr().out
     assert "understands SceneWorld pictures only" in out
-    assert f"indexed: {engine.demo.SCENEWORLD_DEMO_SIZE} new" in out
+    assert f"indexed: {engine.sample_collection.SCENEWORLD_DEMO_SIZE} new" in out
     ranked = [line for line in out.splitlines() if line.strip()[:2].strip().isdigit()]
     assert len(ranked) == 5
     # The query is the paragraph of one scene of the collection: the model must rank it in the top 5.
@@ -117,9 +117,9 @@ def test_demo_with_sceneworld_mini_finds_the_described_scene(tmp_path, monkeypat
 
 
 def test_eval_sceneworld_json(tmp_path, monkeypatch, cli):
-    import engine.demo
+    import engine.sample_collection
 
-    if not engine.demo.sceneworld_model_available(engine.config.get_paths(tmp_path / "h")):
+    if not engine.sample_collection.sceneworld_model_available(engine.config.get_paths(tmp_path / "h")):
         pytest.skip("sceneworld-mini is not shipped in this checkout")
     monkeypatch.setenv("LONGLENS_HOME", str(tmp_path / "h"))
     got = cli.json("eval", "sceneworld", "--split", "long", "--seed", "1234", "--n", "40")

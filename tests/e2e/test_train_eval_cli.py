@@ -168,8 +168,8 @@ def test_eval_grounding_calls_the_grounding_module(home, cli, monkeypatch, mini_
 
 
 def test_ctrl_c_asks_the_job_to_stop_instead_of_killing_it():
+    from engine.cli.training import run_training_job as _drive
     from engine.jobs import Progress
-    from engine.training.cli import _drive
 
     def job(token):
         for i in range(5):

@@ -144,7 +144,7 @@ def test_clear_errors_for_missing_files_and_bad_json(coco_root, tmp_path):
         load_coco(root)
     with pytest.raises(BenchmarkDataError, match="dataset_flickr30k.json"):
         load_flickr30k(tmp_path)
-    with pytest.raises(BenchmarkDataError, match="needs --root"):
+    with pytest.raises(BenchmarkDataError, match="needs its dataset folder"):
         load_benchmark("docci", None)
 
 

@@ -618,8 +618,9 @@ def test_cancel_stops_the_job_and_installs_nothing(paths: Paths, hub: FakeHub, h
 
 def test_unpinned_files_need_explicit_trust(paths: Paths, hub: FakeHub, hf_folder: Path) -> None:
     spec = publish(hub, hf_folder, pin=False)
-    with pytest.raises(ModelIntegrityError, match="--trust-unpinned"):
+    with pytest.raises(ModelIntegrityError, match="Run again trusting unpinned files") as info:
         run_job(pull_model(spec, paths, endpoint=hub.url))
+    assert info.value.settings == ("trust_unpinned",)  # the CLI names --trust-unpinned
     assert hub.log == [], "nothing may be fetched before the user agrees"
 
     run_job(pull_model(spec, paths, endpoint=hub.url, trust_unpinned=True))

@@ -16,7 +16,7 @@ import pytest
 
 from engine import review
 from engine.datagen.inputs import InputError, read_image_list
-from engine.grounding.cli import read_items
+from engine.grounding.items import read_items
 from engine.models.registry import bundled_model_dir
 from engine.training.data import read_training_jsonl
 
@@ -108,7 +108,7 @@ import json, resource, sys
 from pathlib import Path
 from engine import review
 from engine.datagen.inputs import InputError, read_image_list
-from engine.grounding.cli import read_items
+from engine.grounding.items import read_items
 from engine.training.data import read_training_jsonl
 
 def vm_bytes():

@@ -35,7 +35,7 @@ def _script_modules() -> list[str]:
     """Every engine module that builds an argparse parser of its own (`python -m` scripts)."""
     mods = []
     for path in sorted((ROOT / "engine").rglob("*.py")):
-        if "ArgumentParser(" in path.read_text(encoding="utf-8") and path.name != "cli.py":
+        if "ArgumentParser(" in path.read_text(encoding="utf-8") and path.parent.name != "cli":
             mods.append(".".join(path.relative_to(ROOT).with_suffix("").parts))
     return mods
 

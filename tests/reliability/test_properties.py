@@ -147,7 +147,7 @@ def _check_report(kinds, items, problems, what: str) -> None:
 @given(rows=st.lists(st.tuples(_line_kind, _caption_text), min_size=1, max_size=12),
        crlf=st.booleans())
 def test_jsonl_caption_files_report_every_bad_line_by_number(engine_home, rows, crlf):
-    from engine.grounding.cli import read_items
+    from engine.grounding.items import read_items
     from engine.review import load_caption_file
 
     _, _, photos = engine_home
@@ -174,7 +174,7 @@ def test_jsonl_caption_files_report_every_bad_line_by_number(engine_home, rows, 
 @given(rows=st.lists(st.tuples(st.sampled_from(["good", "good", "short row", "missing image", "blank"]),
                                _caption_text), min_size=1, max_size=10))
 def test_csv_caption_files_report_every_bad_line_by_number(engine_home, rows):
-    from engine.grounding.cli import read_items
+    from engine.grounding.items import read_items
     from engine.review import load_caption_file
 
     _, _, photos = engine_home

@@ -310,7 +310,7 @@ def _read_review(p: Path) -> None:
 
 
 def _read_ground_items(p: Path) -> None:
-    from engine.grounding.cli import read_items
+    from engine.grounding.items import read_items
 
     list(read_items(p))
 

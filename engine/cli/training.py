@@ -1,4 +1,4 @@
-"""`longlens train` subcommands (registered by engine/cli.py's COMMAND_MODULES).
+"""`longlens train` and its subcommands.
 
     longlens train --config C5 --data FILE --base MODEL --out DIR [--epochs N --lr X ...]
     longlens train cache --data FILE --base MODEL [--out CACHE_DIR]
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import options
+from engine.cli import common
 from engine.errors import LonglensError
 
 TRAIN_BATCH = options.count("batch size", 1, 65536)
@@ -65,7 +66,8 @@ def register(sub: Any) -> None:
     tp.add_argument("--strict", action="store_true", help="abort on the first bad data line instead of skipping it")
     tp.add_argument("--json", action="store_true", help="print the run summary as JSON")
     tp.add_argument("--quiet", action="store_true", help="no progress bar")
-    tp.set_defaults(func=cmd_train)
+    tp.set_defaults(func=cmd_train, flags={"resume": "--resume", "out_dir": "--out", "batch_size": "--batch-size",
+                                          "cache_dir": "--cache", "model": "--base"})
     tsub = tp.add_subparsers(dest="train_cmd", metavar="{cache,validate}")
 
     tc = tsub.add_parser("cache", help="compute the frozen image embeddings of a data file (resumable)")
@@ -78,7 +80,7 @@ def register(sub: Any) -> None:
     tc.add_argument("--strict", action="store_true")
     tc.add_argument("--json", action="store_true")
     tc.add_argument("--quiet", action="store_true")
-    tc.set_defaults(func=cmd_train_cache)
+    tc.set_defaults(func=cmd_train_cache, flags={"cache_dir": "--out", "batch_size": "--batch-size", "model": "--base"})
 
     tv = tsub.add_parser("validate", help="check a training JSONL; lists problems by line number")
     tv.add_argument("file", type=Path)
@@ -87,47 +89,28 @@ def register(sub: Any) -> None:
     tv.add_argument("--no-image-check", action="store_true", help="do not check that image files exist")
     tv.add_argument("--limit", type=PROBLEM_LIMIT, default=50, help="problems to print (default 50)")
     tv.add_argument("--json", action="store_true")
-    tv.set_defaults(func=cmd_train_validate)
+    tv.set_defaults(func=cmd_train_validate, flags={})
 
 
-def _drive(make_job: Any, quiet: bool) -> Any:
-    """Run make_job(cancel_token) with progress on stderr: one bar per stage; the training bar
-    shows loss, lr, steps/s and ETA. Ctrl+C asks the job to stop; it checkpoints and ends cleanly."""
-    from tqdm import tqdm
+def _postfix(p: Any) -> str | None:
+    return f"loss {p.extra['loss']:.4f} lr {p.extra['lr']:.2e}" if "loss" in p.extra else None
 
-    from engine.jobs import CancelToken, first_interrupt_cancels
 
-    token = CancelToken()
-    job = make_job(token)
-    bars: dict[str, Any] = {}
-    last = None
+# One bar per stage; the training bar shows loss, lr, steps/s and ETA.
+BARS = common.Bars(unit=lambda stage: "step" if stage == "train" else "img", postfix=_postfix, need_total=True)
+STOPPING = "\nstopping after the current step (Ctrl+C again to abort) ..."
 
-    def consume() -> None:
-        nonlocal last
-        for last in job:
-            if last.stage == "validate" and last.message and not quiet and last.extra.get("problems"):
-                print(f"data problems ({last.extra['problems']}, {last.extra['skipped']} lines skipped):\n"
-                      f"{last.message}", file=sys.stderr)
-            if quiet or last.stage == "done" or last.total is None:
-                continue
-            bar = bars.get(last.stage)
-            if bar is None:
-                for b in bars.values():
-                    b.close()
-                unit = "step" if last.stage == "train" else "img"
-                bar = bars[last.stage] = tqdm(total=last.total, desc=last.stage, unit=unit, file=sys.stderr,
-                                              dynamic_ncols=True)
-            if "loss" in last.extra:
-                bar.set_postfix_str(f"loss {last.extra['loss']:.4f} lr {last.extra['lr']:.2e}", refresh=False)
-            bar.update(max(last.done - bar.n, 0))
 
-    try:
-        with first_interrupt_cancels(token, "\nstopping after the current step (Ctrl+C again to abort) ..."):
-            consume()
-    finally:
-        for b in bars.values():
-            b.close()
-    return last
+def run_training_job(make_job: Any, quiet: bool) -> Any:
+    """Run make_job(cancel_token) with progress on stderr, reporting data problems as they are
+    found. Ctrl+C asks the job to stop; it checkpoints and ends cleanly."""
+
+    def report_problems(p: Any) -> None:
+        if p.stage == "validate" and p.message and not quiet and p.extra.get("problems"):
+            print(f"data problems ({p.extra['problems']}, {p.extra['skipped']} lines skipped):\n{p.message}",
+                  file=sys.stderr)
+
+    return common.run_job(make_job, quiet=quiet, bars=BARS, stopping=STOPPING, on_progress=report_problems)
 
 
 def _check_train_out(args: argparse.Namespace, out: Path, what: str, kind: str, inputs: list[Path | None]) -> None:
@@ -143,7 +126,6 @@ def _check_train_out(args: argparse.Namespace, out: Path, what: str, kind: str, 
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from engine.cli import _paths, _print_json
     from engine.training.configs import load_config
     from engine.training.run import TrainRequest, train_job
 
@@ -156,15 +138,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                       grad_accum=fixed_accum, seed=args.seed, warmup_steps=args.warmup_steps,
                       temperature=args.temperature)
-    paths = _paths(args).ensure()
+    paths = common.paths(args).ensure()
     req = TrainRequest(data=args.data, base=args.base, out_dir=args.out, config=cfg, cache_dir=args.cache,
                        device=args.device, resume=args.resume, strict=args.strict,
                        checkpoint_every=args.checkpoint_every, init_text_tower=args.init_text_tower,
                        auto_grad_accum=fixed_accum is None)
-    last = _drive(lambda tok: train_job(req, paths, tok), quiet=args.quiet or args.json)
+    last = run_training_job(lambda tok: train_job(req, paths, tok), quiet=args.quiet or args.json)
     extra = dict(last.extra) if last is not None else {}
     if args.json:
-        _print_json(extra)
+        common.print_json(extra)
     elif last is not None:
         print(last.message)
         if extra.get("final_loss") is not None:
@@ -174,7 +156,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_train_cache(args: argparse.Namespace) -> int:
-    from engine.cli import _paths, _print_json
     from engine.training.bases import load_embedder_for, resolve_base
     from engine.training.cache import build_cache
     from engine.training.data import format_problems, read_training_jsonl
@@ -182,7 +163,7 @@ def cmd_train_cache(args: argparse.Namespace) -> int:
 
     if args.out is not None:
         _check_train_out(args, args.out, "embedding cache", "train-cache", [args.data])
-    paths = _paths(args).ensure()
+    paths = common.paths(args).ensure()
     data = read_training_jsonl(args.data, strict=args.strict)
     if data.errors and not args.json:
         print(f"skipping {len(data.skipped_lines)} bad lines:\n{format_problems(data, limit=10, severity='error')}",
@@ -191,11 +172,11 @@ def cmd_train_cache(args: argparse.Namespace) -> int:
     embedder = load_embedder_for(base, paths, device=args.device)
     cache_dir = args.out or default_cache_dir(paths, base)
     images = [r.image for r in data.records]
-    last = _drive(lambda tok: build_cache(embedder, images, cache_dir, batch_size=args.batch_size,
+    last = run_training_job(lambda tok: build_cache(embedder, images, cache_dir, batch_size=args.batch_size,
                                           workers=args.workers, cancel=tok), quiet=args.quiet or args.json)
     extra = dict(last.extra) if last is not None else {}
     if args.json:
-        _print_json(extra)
+        common.print_json(extra)
     else:
         print(f"cache {extra.get('cache')}: {extra.get('added', 0)} embedded, {extra.get('reused', 0)} already "
               f"cached, {len(extra.get('failed', []))} failed, {extra.get('count', 0)} in total")
@@ -205,7 +186,6 @@ def cmd_train_cache(args: argparse.Namespace) -> int:
 
 
 def cmd_train_validate(args: argparse.Namespace) -> int:
-    from engine.cli import _print_json
     from engine.training.configs import load_config
     from engine.training.data import read_training_jsonl
 
@@ -213,7 +193,7 @@ def cmd_train_validate(args: argparse.Namespace) -> int:
     data = read_training_jsonl(args.file, cfg, check_images=not args.no_image_check)
     failing = data.problems if args.strict else data.errors
     if args.json:
-        _print_json({**data.summary(), "skipped_lines": data.skipped_lines,
+        common.print_json({**data.summary(), "skipped_lines": data.skipped_lines,
                      "problems": [{"line": p.line, "field": p.field, "reason": p.reason, "severity": p.severity}
                                   for p in data.problems]})
     else:

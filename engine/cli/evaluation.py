@@ -1,4 +1,4 @@
-"""`longlens eval` (registered by engine/cli.py's COMMAND_MODULES).
+"""`longlens eval`.
 
     longlens eval sceneworld [--split long|short --seed 1000 --n 1000 --model M --json]
     longlens eval BENCHMARK --root DIR [--split test] [--model M] [--compare M1 M2 ...]
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import options
+from engine.cli import common
 from engine.errors import LonglensError
 
 GROUNDING = "grounding"
@@ -54,7 +55,7 @@ def register(sub: Any) -> None:
     se.add_argument("--limit", type=options.count("number of entries", 1, 100_000_000), help="sharegpt4v: only the first N entries (Long-CLIP protocol: 1000)")
     se.add_argument("--device", default="auto")
     se.add_argument("--json", action="store_true")
-    se.set_defaults(func=cmd_eval)
+    se.set_defaults(func=cmd_eval, flags={"root": "--root", "annotations": "--annotations", "n": "--n", "model": "--model"})
 
 
 def _load_model(ref: str, paths: Any, device: str, text_tower: Path | None) -> Any:
@@ -107,13 +108,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _cmd_sceneworld(args: argparse.Namespace) -> int:
     """The original `longlens eval sceneworld`: same output, same JSON."""
-    from engine.cli import _paths, _print_json
     from engine.evaluation.sceneworld import SPLITS
 
     split = args.split or "long"
     if split not in SPLITS:
         raise LonglensError(f"--split for sceneworld must be one of {', '.join(SPLITS)}, got {split!r}")
-    paths = _paths(args).ensure()
+    paths = common.paths(args).ensure()
     from engine.evaluation.sceneworld import evaluate
 
     embedder = _load_model(args.model or DEFAULT_SCENEWORLD_MODEL, paths, args.device, args.text_tower)
@@ -122,7 +122,7 @@ def _cmd_sceneworld(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise LonglensError(str(exc)) from None
     if args.json:
-        _print_json(result)
+        common.print_json(result)
     else:
         print(f"SceneWorld {result['split']} split, seed {result['seed']}, {result['n_images']} images, "
               f"model {result['model']} ({result['max_tokens']} tokens)")
@@ -146,7 +146,6 @@ def _budgets(text: str | None) -> tuple[int, ...]:
 
 
 def _cmd_harness(args: argparse.Namespace) -> int:
-    from engine.cli import _paths, _print_json
     from engine.evaluation.harness import (
         build_report,
         embed_images,
@@ -162,7 +161,7 @@ def _cmd_harness(args: argparse.Namespace) -> int:
     specs = _model_specs(args, default)
     evalset = load_benchmark(args.benchmark, args.root, args.split, seed=args.seed, n=args.n,
                              annotations=args.annotations, images=args.images, limit=args.limit)
-    paths = _paths(args).ensure()
+    paths = common.paths(args).ensure()
     say = (lambda msg: None) if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     image_cache: dict[str, Any] = {}  # the image tower does not change with a text-tower override
     results, truncation = [], {}
@@ -190,7 +189,7 @@ def _cmd_harness(args: argparse.Namespace) -> int:
             written = write_report(report, stage)
         files = {kind: Path(args.out) / path.name for kind, path in written.items()}
     if args.json:
-        _print_json({**report, "files": {k: str(v) for k, v in files.items()}})
+        common.print_json({**report, "files": {k: str(v) for k, v in files.items()}})
     else:
         print(render_markdown(report))
         for kind, path in files.items():
@@ -199,14 +198,13 @@ def _cmd_harness(args: argparse.Namespace) -> int:
 
 
 def _cmd_grounding(args: argparse.Namespace) -> int:
-    from engine.cli import _paths, _print_json
 
     try:
         from engine.evaluation.grounding_benchmark import evaluate_grounding
     except ImportError as exc:
         raise LonglensError(f"grounding evaluation is not available in this build "
                             f"(engine.evaluation.grounding_benchmark cannot be imported: {exc})") from None
-    paths = _paths(args).ensure()
+    paths = common.paths(args).ensure()
     embedder = _load_model(args.model or DEFAULT_SCENEWORLD_MODEL, paths, args.device, args.text_tower)
     result = evaluate_grounding(embedder, seed=args.seed, n=args.n)
     if dataclasses.is_dataclass(result) and not isinstance(result, type):
@@ -220,7 +218,7 @@ def _cmd_grounding(args: argparse.Namespace) -> int:
         with staged_folder(args.out, "eval") as stage:
             atomic_write_text(stage / "grounding.json", json.dumps(result, indent=2, default=str) + "\n")
     if args.json or not isinstance(result, dict):
-        _print_json(result)
+        common.print_json(result)
     else:
         print(f"grounding on SceneWorld, seed {args.seed}, {args.n} scenes, model {embedder.text_model_id}")
         for k, v in result.items():

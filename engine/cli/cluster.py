@@ -1,5 +1,5 @@
-"""`longlens import-shards` (registered by engine/cli.py's COMMAND_MODULES) and the `--cluster`
-branch of `longlens index`, which engine/cli.py hands over to `cmd_cluster_index`.
+"""`longlens import-shards` and the `--cluster` branch of `longlens index`, which
+engine/cli/library.py hands over to `cmd_cluster_index`.
 
     longlens index PATH... --cluster local|local:N|ADDRESS --out SHARDS_DIR [--model NAME]
     longlens import-shards SHARDS_DIR --library ROOT [--model NAME] [--source CLUSTER_ROOT]
@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.cli import common
 from engine.errors import LonglensError
 
 
 def cmd_cluster_index(args: argparse.Namespace) -> int:
     """`longlens index ... --cluster ADDRESS --out DIR`: one shards run per folder."""
-    from engine.cli import _paths, _run_cancellable
     from engine.cluster.job import ClusterOptions, run_cluster_index
     from engine.services import Services
 
@@ -28,7 +28,7 @@ def cmd_cluster_index(args: argparse.Namespace) -> int:
         raise LonglensError("--cluster and --out go together: --cluster ADDRESS --out SHARDS_DIR")
     from engine.outputs import check_output
 
-    paths = _paths(args).ensure()
+    paths = common.paths(args).ensure()
     with Services(paths) as svc:
         # Shards are extended by a resumed run; they must never land inside a photo folder.
         check_output(args.out, what="shards folder", kind="shards", folder=True, resumable=True,
@@ -46,8 +46,8 @@ def cmd_cluster_index(args: argparse.Namespace) -> int:
     for i, folder in enumerate(args.paths):
         # One shards folder per library: the import merges one folder into one library.
         target = out if len(args.paths) == 1 else out / f"{i:02d}-{Path(folder).name or 'root'}"
-        last = _run_cancellable(lambda tok, f=folder, t=target: run_cluster_index(f, t, model, paths, options, tok),
-                                quiet=args.json or args.quiet)
+        last = common.run_job(lambda tok, f=folder, t=target: run_cluster_index(f, t, model, paths, options, tok),
+                              quiet=args.json or args.quiet)
         s = last.extra["summary"].as_dict()
         summaries.append(s)
         if not args.json:
@@ -59,21 +59,18 @@ def cmd_cluster_index(args: argparse.Namespace) -> int:
 
 
 def _index_text(s: dict) -> str:
-    from engine.cli import file_problem_lines
-
     lines = [f"cluster run {s['run_id']}  {s['root']} -> {s['out']}  (model {s['model_id']}, {s['address']})",
              f"  scanned {s['scanned']}  already in shards {s['already_in_shards']}  written {s['processed']}  "
              f"embedded {s['embedded']}  shards {s['shards_written']}  actors {s['actors']}  "
              f"in {s['elapsed_s']:.1f}s"]
     if s["cancelled"]:
         lines.append("  CANCELLED: the shards written are kept; run again to resume")
-    lines += file_problem_lines(s)
+    lines += common.file_problem_lines(s)
     lines.append(f"  next: longlens import-shards {s['out']} --library {s['root']}")
     return "\n".join(lines)
 
 
 def cmd_import_shards(args: argparse.Namespace) -> int:
-    from engine.cli import _run_cancellable, _services
     from engine.cluster.importer import import_shards
     from engine.errors import ModelNotInstalledError
     from engine.models.registry import installed_identity
@@ -84,12 +81,12 @@ def cmd_import_shards(args: argparse.Namespace) -> int:
         except ModelNotInstalledError:
             return None
 
-    with _services(args) as svc:
+    with common.services(args) as svc:
         expected = identity_here(args.model) or args.model if args.model else None
-        last = _run_cancellable(
+        last = common.run_job(
             lambda tok: import_shards(svc.catalog, svc.store, args.shards_dir, args.library, model_id=expected,
                                       source_root=args.source, cancel=tok, installed_identity=identity_here),
-            quiet=args.json or args.quiet, unit="file")
+            quiet=args.json or args.quiet, bars=common.Bars(unit="file"))
     s = last.extra["summary"].as_dict()
     if args.json:
         json.dump(s, sys.stdout, indent=2, default=str)
@@ -123,4 +120,4 @@ def register(sub: Any) -> None:
     sp.add_argument("--source", help="the folder as the cluster saw it, when the shards hold several")
     sp.add_argument("--json", action="store_true", help="print the import summary as JSON")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
-    sp.set_defaults(func=cmd_import_shards)
+    sp.set_defaults(func=cmd_import_shards, flags={"source_root": "--source", "model_id": "--model", "model": "--model"})

@@ -1,4 +1,4 @@
-"""`longlens bench` (registered by engine/cli.py's COMMAND_MODULES); see engine/bench/suite.py."""
+"""`longlens bench`; the measurements are engine/bench/suite.py's."""
 
 from __future__ import annotations
 
@@ -32,4 +32,4 @@ def register(sub: Any) -> None:
     bp.add_argument("--only", help="comma-separated sections to re-measure: encode,text,ann,rss,profile "
                     "(needs --merge)")
     bp.add_argument("--merge", type=Path, help="earlier run's JSON (--json-out) supplying the other sections")
-    bp.set_defaults(func=cmd_bench)
+    bp.set_defaults(func=cmd_bench, flags={"only": "--only", "merge": "--merge"})

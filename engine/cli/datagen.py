@@ -1,4 +1,4 @@
-"""`longlens datagen` (registered by engine/cli.py's COMMAND_MODULES).
+"""`longlens datagen`.
 
     longlens datagen (--images DIR | --list FILE) --endpoint URL --generator MODEL --scorer MODEL --out FILE.jsonl
     longlens datagen --sceneworld --seed S --n N --out FILE.jsonl
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import options
+from engine.cli import common
 from engine.errors import LonglensError
 
 API_KEY_ENV = "LONGLENS_API_KEY"
@@ -23,6 +24,15 @@ API_KEY_ENV = "LONGLENS_API_KEY"
 TRAIN_SEED = options.count("SceneWorld training seed (1000 and up are reserved for evaluation)", 0, 999)
 GEN_TEMPERATURE = options.Number("sampling temperature", float, 0, 2)
 GEN_TOKENS = options.count("tokens per answer", 1, 32768)
+
+
+# The settings an engine error may name (DatagenRequest's fields), as this command's flags.
+DATAGEN_FLAGS = {
+    "images": "--images", "list": "--list", "out": "--out", "prompts_dir": "--prompts", "endpoint": "--endpoint",
+    "generator": "--generator", "scorer": "--scorer", "concurrency": "--concurrency", "timeout": "--timeout",
+    "parse_retries": "--parse-retries", "max_regenerations": "--max-regenerations", "max_retries": "--max-retries",
+    "score_threshold": "--score-threshold", "max_side": "--max-side", "n": "--n",
+}
 
 
 def register(sub: Any) -> None:
@@ -82,37 +92,21 @@ def register(sub: Any) -> None:
 
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_datagen)
+    p.set_defaults(func=cmd_datagen, flags=DATAGEN_FLAGS)
+
+
+def _postfix(p: Any) -> str:
+    return f"req {p.extra.get('requests', 0)} retry {p.extra.get('retries', 0)} failed {p.extra.get('failed', 0)}"
+
+
+# Images, rate, ETA, requests, failures; the first Ctrl+C lets images in flight finish their current
+# request and keeps what is written.
+BARS = common.Bars(postfix=_postfix, need_total=True, announce=True)
+STOPPING = "\nstopping: finishing requests in flight (Ctrl+C again to abort) ..."
 
 
 def _drive(make_job: Any, quiet: bool) -> Any:
-    """Run make_job(token) under a progress bar on stderr (images, rate, ETA, requests, failures).
-    The first Ctrl+C lets images in flight finish their current request and keeps what is written."""
-    from tqdm import tqdm
-
-    from engine.jobs import CancelToken, first_interrupt_cancels
-
-    token = CancelToken()
-    job = make_job(token)
-    bar = None
-    last = None
-
-    try:
-        with first_interrupt_cancels(token, "\nstopping: finishing requests in flight (Ctrl+C again to abort) ..."):
-            for last in job:
-                if quiet or last.stage == "done" or last.total is None:
-                    continue
-                if bar is None:
-                    bar = tqdm(total=last.total, desc=last.stage, unit="img", file=sys.stderr, dynamic_ncols=True)
-                    if last.message:
-                        bar.write(last.message, file=sys.stderr)
-                bar.set_postfix_str(f"req {last.extra.get('requests', 0)} retry {last.extra.get('retries', 0)} "
-                                    f"failed {last.extra.get('failed', 0)}", refresh=False)
-                bar.update(max(last.done - bar.n, 0))
-    finally:
-        if bar is not None:
-            bar.close()
-    return last
+    return common.run_job(make_job, quiet=quiet, bars=BARS, stopping=STOPPING)
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -129,8 +123,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def cmd_datagen(args: argparse.Namespace) -> int:
-    from engine.cli import _print_json
-
     sources = [n for n, v in (("--images", args.images), ("--list", args.list), ("--sceneworld", args.sceneworld))
                if v]
     if len(sources) != 1:
@@ -144,7 +136,7 @@ def cmd_datagen(args: argparse.Namespace) -> int:
                                                  image_dir=args.image_dir, cancel=tok), quiet=args.quiet or args.json)
         summary = last.extra["summary"]
         if args.json:
-            _print_json(summary)
+            common.print_json(summary)
         else:
             print(last.message)
         return 0
@@ -170,7 +162,7 @@ def cmd_datagen(args: argparse.Namespace) -> int:
     last = _drive(lambda tok: datagen_job(req, tok), quiet=args.quiet or args.json)
     summary = last.extra["summary"]
     if args.json:
-        _print_json(summary)
+        common.print_json(summary)
     else:
         if summary["torn_bytes_removed"]:
             print(f"note: removed an unfinished last line ({summary['torn_bytes_removed']} bytes) left by an "

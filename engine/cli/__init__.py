@@ -1,0 +1,77 @@
+"""The `longlens` command: thin argument parsing over engine functions.
+
+One module per area registers its subcommands (`register(sub)`); engine/cli/common.py holds
+what they share. Heavy libraries (torch, transformers) load only inside the commands that
+need them, so `longlens --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from engine.cli import (
+    bench,
+    cluster,
+    datagen,
+    demo,
+    dev,
+    evaluation,
+    grounding,
+    gui,
+    library,
+    models,
+    review,
+    search,
+    training,
+)
+from engine.cli.common import flag_hint
+from engine.errors import JobCancelled, LonglensError
+
+# The areas in the order `longlens --help` lists their commands.
+AREAS = (library, models, search, gui, cluster, training, evaluation, grounding, review, datagen, bench, demo, dev)
+# Every command module, by name (the installer bundles each: tests/installer checks the spec).
+COMMAND_MODULES: tuple[str, ...] = tuple(m.__name__ for m in AREAS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="longlens", description="Search photo collections with paragraphs.")
+    p.add_argument("--home", help="keep all Longlens data under this folder (same as $LONGLENS_HOME)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for area in AREAS:
+        area.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # POSIX file names are bytes: one that is not UTF-8 reaches Python as lone surrogates, which
+    # a strict UTF-8 stdout (e.g. an en_US.UTF-8 terminal) refuses with a traceback. Print such
+    # names as their original bytes, as `ls` does (Python already does this under the C locale).
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
+    argv, job_args = dev.split_job_args(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error (exit 2, message printed) or --help (0): a return code
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    if job_args:
+        args.job_args = job_args
+    if args.home:
+        os.environ["LONGLENS_HOME"] = args.home
+    try:
+        return int(args.func(args) or 0)
+    except JobCancelled:
+        print("cancelled", file=sys.stderr)
+        return 130
+    except LonglensError as exc:
+        print(f"longlens: error: {flag_hint(exc, getattr(args, 'flags', None))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+__all__ = ["COMMAND_MODULES", "build_parser", "main"]

@@ -1,0 +1,141 @@
+"""`longlens paths`, `index`, `libraries` and `check-catalog`: where the data lives, indexing
+folders, and the catalog's state."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from engine import options
+from engine.cli import common
+from engine.errors import JobCancelled
+
+
+def cmd_paths(args: argparse.Namespace) -> int:
+    paths = common.paths(args)
+    if args.json:
+        common.print_json(paths.as_dict())
+    else:
+        for k, v in paths.as_dict().items():
+            print(f"{k:8} {v}")
+    return 0
+
+
+def summary_text(s: dict) -> str:
+    lines = [
+        f"library  {s['root']}  (model {s['model_id']})",
+    ]
+    if s["offline"]:
+        lines.append("  OFFLINE: the folder is missing or unmounted; nothing was changed")
+        return "\n".join(lines)
+    lines.append(
+        f"  scanned {s['scanned']}  new {s['new']}  changed {s['changed']}  moved {s['moved']}  "
+        f"unchanged {s['unchanged']}  deleted {s['deleted']}  embedded {s['embedded']}  "
+        f"reused {s['reused']}  in {s['elapsed_s']:.1f}s"
+    )
+    if s["cancelled"]:
+        lines.append("  CANCELLED: committed batches are kept; run again to resume")
+    lines += common.file_problem_lines(s)
+    lines += [f"  note: {n}" for n in s["index_notes"]]
+    return "\n".join(lines)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    if args.cluster or args.out:
+        from engine.cli.cluster import cmd_cluster_index
+
+        return cmd_cluster_index(args)
+    with common.services(args) as svc:
+        embedder = svc.embedder(args.model, device=args.device)
+        indexer = svc.indexer(embedder, batch_size=args.batch_size)
+        summaries = []
+        for folder in args.paths:
+            last = common.run_job(lambda tok, f=folder: indexer.run(f, cancel=tok), quiet=args.json or args.quiet)
+            if last is None or "summary" not in last.extra:
+                # The run stopped before it could report; committed batches are kept.
+                raise JobCancelled("interrupted; committed batches are kept, run again to resume")
+            summary = last.extra["summary"].as_dict()
+            summaries.append(summary)
+            if not args.json:
+                print(summary_text(summary))
+        if args.json:
+            common.print_json(summaries[0] if len(summaries) == 1 else summaries)
+        if any(s["offline"] for s in summaries):
+            return 3
+        return 130 if any(s["cancelled"] for s in summaries) else 0
+
+
+def cmd_libraries(args: argparse.Namespace) -> int:
+    with common.services(args) as svc:
+        rows = []
+        for lib in svc.catalog.libraries():
+            state = svc.catalog.library_state(lib.id)
+            rows.append({"id": lib.id, "root": lib.root, "status": lib.status, "state": state.label,
+                         "pending": state.pending, "counts": svc.catalog.status_counts(lib.id)})
+        if args.json:
+            common.print_json(rows)
+        else:
+            for r in rows:
+                counts = ", ".join(f"{k} {v}" for k, v in sorted(r["counts"].items())) or "empty"
+                print(f"{r['id']:3}  {r['state']:8} {r['root']}  ({counts})")
+    return 0
+
+
+def cmd_check_catalog(args: argparse.Namespace) -> int:
+    from engine.catalog.repair import check_catalog, rebuild_catalog
+
+    path = common.paths(args).catalog
+    report = check_catalog(path)
+    if not report.ok and args.rebuild:
+        rebuilt = rebuild_catalog(path)
+        if args.json:
+            common.print_json({"catalog": str(path), "ok": False, "problems": report.problems,
+                               "rebuilt": dataclasses.asdict(rebuilt)})
+        else:
+            print(report.text())
+            print(rebuilt.text())
+        return 0
+    if args.json:
+        common.print_json({"catalog": str(path), "ok": report.ok, "problems": report.problems})
+    else:
+        print(report.text())
+        if not report.ok:
+            print("To recover: restore a backup of the catalog, or run `longlens check-catalog --rebuild` "
+                  "to copy every readable row into a new catalog (the damaged file is kept beside it) and "
+                  "then re-index the libraries to restore what was lost.")
+    return 0 if report.ok else 1
+
+
+INDEX_FLAGS = {"model": "--model", "batch_size": "--batch-size", "cluster": "--cluster", "out": "--out"}
+
+
+def register(sub: Any) -> None:
+    sp = sub.add_parser("paths", help="show where Longlens keeps its data")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_paths)
+
+    si = sub.add_parser("index", help="index (or re-index) photo folders incrementally")
+    si.add_argument("paths", nargs="+")
+    si.add_argument("--model")
+    si.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    si.add_argument("--batch-size", type=options.BATCH_SIZE, default=32)
+    si.add_argument("--json", action="store_true", help="print a JSON summary")
+    si.add_argument("--quiet", action="store_true", help="no progress bar")
+    si.add_argument("--cluster", metavar="ADDRESS", help="embed on Ray ('local', 'local:N' or a Ray address) "
+                    "into Parquet shards in --out; needs longlens[cluster] (docs/scale-out.md)")
+    si.add_argument("--out", type=Path, help="shards folder for --cluster; merge with `longlens import-shards`")
+    si.set_defaults(func=cmd_index, flags=INDEX_FLAGS)
+
+    sl = sub.add_parser("libraries", help="list indexed folders and their status")
+    sl.add_argument("--json", action="store_true")
+    sl.set_defaults(func=cmd_libraries)
+
+    sc = sub.add_parser("check-catalog", help="run SQLite's full integrity check on the catalog; "
+                        "--rebuild recovers a damaged one")
+    sc.add_argument("--rebuild", action="store_true",
+                    help="when damaged: copy every readable row into a fresh catalog and swap it in, "
+                         "keeping the damaged file beside it as catalog.sqlite3.damaged-<time>")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=cmd_check_catalog)

@@ -1,0 +1,95 @@
+"""`longlens search`: a paragraph (or an image) against the indexed libraries."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine import options
+from engine.cli import common
+from engine.errors import LonglensError
+
+
+def _filter(args: argparse.Namespace):
+    from engine.catalog import ImageFilter
+
+    def iso(d: str | None, name: str) -> str | None:
+        if d is None:
+            return None
+        import datetime as dt
+
+        try:
+            return dt.date.fromisoformat(d).isoformat()
+        except ValueError:
+            raise LonglensError(f"--{name} expects a date like 2024-05-31, got {d!r}") from None
+
+    return ImageFilter(folder=args.folder, after=iso(args.after, "after"), before=iso(args.before, "before"),
+                       camera=args.camera)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from engine.errors import QueryError
+
+    if args.image is None and args.query is None:
+        raise QueryError("give a paragraph to search for, or --image PATH")
+    flt = _filter(args)  # cheap checks first: a typo in a date should not wait for a model to load
+    with common.services(args) as svc:
+        embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
+        searcher = svc.searcher(embedder)
+        if args.image is not None:
+            result = searcher.search_image(args.image, top_k=args.top, flt=flt)
+        else:
+            text = sys.stdin.read() if args.query == "-" else args.query
+            result = searcher.search_text(text, top_k=args.top, flt=flt, max_tokens=args.max_tokens,
+                                          rerank=args.rerank, rerank_k=args.rerank_k)
+        for note in result.notes:
+            print(f"note: {note}", file=sys.stderr)
+        if args.json:
+            common.print_json({
+                "model": result.model_id,
+                "tokens_used": result.tokens_used,
+                "tokens_total": result.tokens_total,
+                "truncated": result.truncated,
+                "reranked": result.reranked,
+                "timings_ms": result.timings_ms,
+                "results": [h.to_json() for h in result.hits],
+            })
+            return 0
+        if result.tokens_total is not None:
+            note = " (TRUNCATED)" if result.truncated else ""
+            print(f"query: {result.tokens_used}/{result.tokens_total} tokens used{note}; model {result.model_id}")
+        if not result.hits:
+            print("no results (is the folder indexed with this model? try `longlens index DIR`)")
+        for h in result.hits:
+            rr = h.extra.get("rerank_score")
+            both = f"  itm {rr:6.4f} (ann #{h.extra['ann_rank']})" if rr is not None else ""
+            print(f"{h.rank:4}  {h.score:8.4f}{both}  {h.path}")
+        return 0
+
+
+SEARCH_FLAGS = {"model": "--model", "top_k": "--top", "max_tokens": "--max-tokens", "rerank_k": "--rerank-k",
+                "text_tower": "--text-tower"}
+
+
+def register(sub: Any) -> None:
+    ss = sub.add_parser("search", help="search with a paragraph (or - to read it from stdin)")
+    ss.add_argument("query", nargs="?")
+    ss.add_argument("--top", type=options.TOP_K, default=20)
+    ss.add_argument("--json", action="store_true")
+    ss.add_argument("--image", help="search with an image instead of text")
+    ss.add_argument("--folder", help="only images under this folder")
+    ss.add_argument("--after", help="only images taken on or after this date (YYYY-MM-DD)")
+    ss.add_argument("--before", help="only images taken before this date (YYYY-MM-DD)")
+    ss.add_argument("--camera", help="only images whose camera make/model contains this text")
+    ss.add_argument("--model")
+    ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder")
+    ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET, help="token budget for the query (default: the model's)")
+    ss.add_argument("--device", default="auto")
+    ss.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=False,
+                    help="re-score the top --rerank-k candidates with the model's matching head (BLIP: ITM; "
+                         "sceneworld-mini: its matching head) and order by it (default: off, ANN order; "
+                         "see docs/grounding.md)")
+    ss.add_argument("--rerank-k", type=options.RERANK_K, default=32, help="candidates to re-rank (default 32)")
+    ss.set_defaults(func=cmd_search, flags=SEARCH_FLAGS)
