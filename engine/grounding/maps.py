@@ -55,7 +55,7 @@ def overlay(image: Image.Image, heatmap: np.ndarray, alpha: float = 0.6) -> Imag
     """
     from PIL import Image
 
-    from engine.models.blip.embedder import to_rgb
+    from engine.models.base import to_rgb
 
     rgb = np.asarray(to_rgb(image), dtype=np.float32)
     h, w = rgb.shape[:2]

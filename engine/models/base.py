@@ -60,3 +60,18 @@ def l2_normalise(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=-1, keepdims=True)
     return (x / np.maximum(norms, eps)).astype(np.float32, copy=False)
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB the way transformers' convert_to_rgb does it: transparency is composited onto white.
+    Every backend's preprocessing and the grounding overlays convert through it."""
+    from PIL import Image
+
+    has_alpha = "A" in image.getbands() or image.info.get("transparency") is not None
+    if has_alpha:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    if image.mode == "RGB":
+        return image
+    return image.convert("RGB")

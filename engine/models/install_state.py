@@ -144,10 +144,10 @@ def remove_dead_staging(paths: Paths) -> list[Path]:
 
 def _model_name_of(folder: Path) -> str | None:
     from engine.errors import ModelIntegrityError
-    from engine.models.registry import read_manifest
+    from engine.models.manifest import read_manifest_file
 
     try:
-        return str(read_manifest(folder)["name"])
+        return str(read_manifest_file(folder)["name"])
     except ModelIntegrityError:
         return None
 
@@ -155,7 +155,7 @@ def _model_name_of(folder: Path) -> str | None:
 def repair_interrupted_replace(paths: Paths) -> list[str]:
     """Finish or undo a replace whose process died between or after its renames (caller holds
     install_lock). Returns what was done, one sentence each."""
-    from engine.models.registry import MANIFEST_NAME
+    from engine.models.manifest import MANIFEST_NAME
 
     done: list[str] = []
     if not paths.models.is_dir():

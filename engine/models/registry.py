@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine.config import Paths
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.fileutil import sha256_file  # noqa: F401  (re-exported: models code imports it from here)
+from engine.models.manifest import MANIFEST_FORMAT, MANIFEST_NAME, SHA256_RE, read_manifest_file  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
 # A backend name: a key of the backend table below (`backend_names()`); BACKENDS reads the same.
 Backend = str
 
-MANIFEST_NAME = "longlens-manifest.json"
-MANIFEST_FORMAT = 1
 DEMO_MODEL_NAME = "sceneworld-mini"
 
 # Files the OS or a file manager drops into folders; they are not part of a model and their
@@ -51,7 +50,6 @@ DEMO_MODEL_NAME = "sceneworld-mini"
 IGNORED_JUNK = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
@@ -97,7 +95,7 @@ class ModelSpec:
                 f"{self.name}: revision must be a full 40-hex commit hash, got {self.revision!r}"
             )
         for fname, digest in self.files.items():
-            if digest is not None and not _SHA256_RE.fullmatch(digest):
+            if digest is not None and not SHA256_RE.fullmatch(digest):
                 raise ValueError(f"{self.name}: {fname}: not a lower-case SHA-256 hex digest: {digest!r}")
 
     @property
@@ -380,37 +378,12 @@ def how_to_get(name: str) -> str:
 
 
 def read_manifest(model_dir: Path) -> dict[str, Any]:
-    """Parse and sanity-check a manifest; ModelIntegrityError if it is missing or malformed."""
-    path = model_dir / MANIFEST_NAME
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelIntegrityError(f"{model_dir} has no {MANIFEST_NAME}") from None
-    except (OSError, ValueError) as e:
-        raise ModelIntegrityError(f"{path} is unreadable: {e}") from None
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, dict) or not isinstance(data.get("name"), str):
-        raise ModelIntegrityError(f"{path} is malformed (no name or file list)")
-    for rel, entry in files.items():
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("sha256"), str)
-            or not _SHA256_RE.fullmatch(entry["sha256"])
-            or not isinstance(entry.get("size"), int)
-            or not _is_safe_relpath(rel)
-        ):
-            raise ModelIntegrityError(f"{path} is malformed (bad entry for {rel!r})")
+    """Parse and sanity-check a manifest; ModelIntegrityError if it is missing or malformed, or
+    names a backend this build does not know."""
+    data = read_manifest_file(model_dir)
     if data.get("backend") not in backend_names():
-        raise ModelIntegrityError(f"{path} names an unknown backend {data.get('backend')!r}")
+        raise ModelIntegrityError(f"{model_dir / MANIFEST_NAME} names an unknown backend {data.get('backend')!r}")
     return data
-
-
-def _is_safe_relpath(rel: str) -> bool:
-    # Manifest paths are joined onto the model folder; they must never climb out of it.
-    if not rel or rel.startswith("/") or "\\" in rel:
-        return False
-    parts = rel.split("/")
-    return all(p not in ("", ".", "..") for p in parts)
 
 
 def installed_model_dir(name: str, paths: Paths) -> Path | None:

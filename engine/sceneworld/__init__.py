@@ -17,6 +17,7 @@ reserved for evaluation. Training code should call `check_train_seed`, evaluatio
 from __future__ import annotations
 
 from engine.sceneworld.language import describe_scene, parse_object_phrase
+from engine.sceneworld.layout import sample_scene_graph
 from engine.sceneworld.render import render_batch, render_scene
 from engine.sceneworld.world import (
     COLOURS,
@@ -36,7 +37,6 @@ from engine.sceneworld.world import (
     Text,
     describe_world,
     relation_holds,
-    sample_scene_graph,
 )
 
 __all__ = [

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.models.base import to_rgb
 from engine.models.blip.fast import FastBlipTowers, cpu_supports_bf16, intra_op_threads
 
 log = logging.getLogger(__name__)
@@ -108,18 +109,6 @@ def resolve_dtype(name: str | None, device: str) -> torch.dtype:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def to_rgb(image: Image.Image) -> Image.Image:
-    """RGB the way transformers' convert_to_rgb does it: transparency is composited onto white."""
-    has_alpha = "A" in image.getbands() or image.info.get("transparency") is not None
-    if has_alpha:
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(background, rgba).convert("RGB")
-    if image.mode == "RGB":
-        return image
-    return image.convert("RGB")
 
 
 def _text_tower_arch(config: Any) -> dict[str, int]:

@@ -212,7 +212,7 @@ def tokenize(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[torch.Te
 def preprocess_images(images: Sequence[Image.Image], size: int) -> np.ndarray:
     from PIL import Image as PILImage
 
-    from engine.models.blip.embedder import to_rgb
+    from engine.models.base import to_rgb
 
     out = np.empty((len(images), 3, size, size), dtype=np.float32)
     mean = np.asarray(IMAGE_MEAN, np.float32)[:, None, None]
