@@ -34,7 +34,7 @@ def ensure_demo_model(paths: Paths) -> str:
     from engine.models.registry import installed_model_dir
 
     if installed_model_dir(DEMO_MODEL, paths) is None:
-        from engine.models.blip.checkpoints import save_random_blip_checkpoint
+        from engine.backends.blip.checkpoints import save_random_blip_checkpoint
         from engine.models.download import import_model
 
         with tempfile.TemporaryDirectory(dir=paths.cache) as tmp:

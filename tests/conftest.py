@@ -13,7 +13,7 @@ def blip_tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Shared and read-only: copy it before changing anything in it.
     """
-    from engine.models.blip.checkpoints import save_random_blip_checkpoint
+    from engine.backends.blip.checkpoints import save_random_blip_checkpoint
 
     return save_random_blip_checkpoint(tmp_path_factory.mktemp("blip") / "blip-tiny", size="tiny", seed=0)
 

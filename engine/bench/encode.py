@@ -172,7 +172,7 @@ def run(
     batch_size: int,
     log: Log,
 ) -> dict[str, Any]:
-    from engine.models.blip.embedder import BlipEmbedder
+    from engine.backends.blip.embedder import BlipEmbedder
     from engine.sceneworld import generate_scene
 
     reference = BlipEmbedder(checkpoint, device="cpu", compute="reference")

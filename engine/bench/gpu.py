@@ -65,8 +65,8 @@ def run(*, work: Path, quick: bool = False, compile_fast: bool = False, n_files:
     import torch
     import torch.nn.functional as F
 
-    from engine.models.blip.checkpoints import save_random_blip_checkpoint
-    from engine.models.blip.embedder import BlipEmbedder
+    from engine.backends.blip.checkpoints import save_random_blip_checkpoint
+    from engine.backends.blip.embedder import BlipEmbedder
 
     log = log or (lambda msg: None)
     cuda = torch.cuda.is_available()

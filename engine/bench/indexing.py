@@ -37,9 +37,9 @@ def _write_jpegs(folder: Path, n: int, size: tuple[int, int], seed: int = 0) -> 
 
 
 def bench_model(size_name: str, photos: Path, work: Path, batch_size: int) -> dict:
+    from engine.backends.blip.checkpoints import save_random_blip_checkpoint
     from engine.config import get_paths
     from engine.indexing.decode import decode_image
-    from engine.models.blip.checkpoints import save_random_blip_checkpoint
     from engine.models.download import import_model
     from engine.services import Services
 

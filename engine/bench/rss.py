@@ -58,8 +58,8 @@ def _proc_status_kib(field: str) -> int:
 
 
 def _child(folder: Path, home: Path, checkpoint: Path, batch_size: int, every: int) -> int:
+    from engine.backends.blip.embedder import BlipEmbedder
     from engine.config import get_paths
-    from engine.models.blip.embedder import BlipEmbedder
     from engine.services import Services
 
     def report(stage: str, done: int) -> None:

@@ -69,7 +69,7 @@ def profile_fast_images(checkpoint: Path, batch_size: int, rows: int = 12) -> st
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from engine.models.blip.embedder import BlipEmbedder
+    from engine.backends.blip.embedder import BlipEmbedder
 
     emb = BlipEmbedder(checkpoint, device="cpu", compute="fast")
     pixels = np.random.default_rng(0).standard_normal((batch_size, 3, emb.image_size, emb.image_size))
@@ -88,8 +88,8 @@ def run_bench(cfg: BenchConfig, *, quick: bool, with_1m: bool = True, gpu: bool 
               base: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the sections in `only` (default all); the others are taken from `base`, an earlier
     run's JSON (so that one section can be re-measured without the 1M-vector build)."""
+    from engine.backends.blip.checkpoints import save_random_blip_checkpoint
     from engine.bench import encode, query, rss
-    from engine.models.blip.checkpoints import save_random_blip_checkpoint
 
     log = log or (lambda msg: None)
     wanted = set(SECTIONS) if only is None else set(only)
@@ -121,7 +121,7 @@ def run_bench(cfg: BenchConfig, *, quick: bool, with_1m: bool = True, gpu: bool 
                 sceneworld_n=cfg.sceneworld_n, batch_size=cfg.batch_size, log=log))
 
         def text_section() -> dict[str, Any]:
-            from engine.models.blip.embedder import BlipEmbedder
+            from engine.backends.blip.embedder import BlipEmbedder
 
             # The baseline runs with torch's default threads, as transformers would; the same
             # eager forward on one thread shows how much of the gain is the thread setting alone.

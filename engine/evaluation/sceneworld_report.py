@@ -17,8 +17,8 @@ from engine.outputs import check_script_output
 
 
 def measure(model_dir: Path, seed: int, n: int) -> dict:
+    from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
     from engine.evaluation.sceneworld import embed_scenes, evaluate
-    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
 
     out: dict = {"seed": seed, "n": n, "models": {}}
     base = SceneWorldMiniEmbedder(model_dir, device="cpu")

@@ -1,8 +1,8 @@
 """The grounding interface the GUI displays: phrases of a query, their support, their region maps.
 
 This module only defines the shapes. Phrase chunking lives next to it (`chunking.py`); per-phrase
-region maps and support scores live in each backend's folder (engine/models/sceneworld_mini/grounder.py,
-engine/models/blip/grounder.py); `engine.grounding.get_grounder` asks the registry for the
+region maps and support scores live in each backend's folder (engine/backends/sceneworld_mini/grounder.py,
+engine/backends/blip/grounder.py); `engine.grounding.get_grounder` asks the registry for the
 embedder's backend and lets it make one.
 
 Conventions an implementation must follow:

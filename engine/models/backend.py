@@ -1,6 +1,6 @@
 """The backend interface: what a model backend (a folder under engine/models/) offers Longlens.
 
-Each backend package (engine/models/blip/, engine/models/sceneworld_mini/, or one a test defines)
+Each backend package (engine/backends/blip/, engine/backends/sceneworld_mini/, or one a test defines)
 exports one `ModelBackend` object; engine/models/registry.py keeps the table name -> backend and is
 the one place that picks a backend, by the "backend" string of a model's manifest, by an
 embedder's `backend` attribute, or (folders without a manifest) by `detect`.

@@ -80,7 +80,7 @@ _IMPORT_NAMES = frozenset(
     }
 )
 _SHARD_RE = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
-# A paragraph-trained text tower (see engine.models.blip.embedder) may travel in a text_tower/ subfolder.
+# A paragraph-trained text tower (see engine.backends.blip.embedder) may travel in a text_tower/ subfolder.
 TEXT_TOWER_DIR = "text_tower"
 _TEXT_TOWER_NAMES = frozenset({"text_tower.safetensors", "text_tower.json"})
 

@@ -9,7 +9,7 @@ Nothing here talks to the network; pulling and importing live in `engine.models.
 
 This module is also the ONE dispatch point between Longlens and its model backends: the table
 backend name -> `ModelBackend` (engine/models/backend.py), filled lazily from the backend packages
-(engine/models/blip/, engine/models/sceneworld_mini/) or through `register_backend`. Nothing
+(engine/backends/blip/, engine/backends/sceneworld_mini/) or through `register_backend`. Nothing
 outside this module and a backend's own folder branches on a backend's name or class.
 torch and transformers are imported only when an embedder is loaded.
 """
@@ -112,8 +112,8 @@ class ModelSpec:
 # name -> the package exporting that backend's object as BACKEND. A package is imported the first
 # time its backend is asked for; its module stays cheap (heavy imports live in its hooks).
 _BACKEND_PACKAGES: dict[str, str] = {
-    "blip": "engine.models.blip",
-    "sceneworld-mini": "engine.models.sceneworld_mini",
+    "blip": "engine.backends.blip",
+    "sceneworld-mini": "engine.backends.sceneworld_mini",
 }
 _BACKENDS: dict[str, ModelBackend] = {}
 

@@ -51,9 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine import options
-from engine.fileutil import read_user_text
-from engine.jobs import CancelToken, Progress
-from engine.models.sceneworld_mini.matcher import (  # noqa: F401  (re-exported for the matcher's users)
+from engine.backends.sceneworld_mini.matcher import (  # noqa: F401  (re-exported for the matcher's users)
     MATCHER_DIR,
     MAX_TOKENS,
     META,
@@ -62,6 +60,8 @@ from engine.models.sceneworld_mini.matcher import (  # noqa: F401  (re-exported 
     load_matcher,
     save_matcher,
 )
+from engine.fileutil import read_user_text
+from engine.jobs import CancelToken, Progress
 from engine.outputs import check_script_output
 
 
@@ -253,7 +253,7 @@ def _align_loss(matcher: MiniMatcher, tokens: torch.Tensor, texts: list[SceneTex
     """Phrase-patch alignment loss for a batch: per scene `per_scene` true object phrases (target:
     the patches of the objects they refer to) and as many corrupted ones (target: no patch).
     Patch-level BCE (positives and negatives balanced) plus a phrase-level BCE on the maximum."""
-    from engine.models.sceneworld_mini.network import tokenize
+    from engine.backends.sceneworld_mini.network import tokenize
 
     phrases: list[str] = []
     owner: list[int] = []
@@ -288,7 +288,12 @@ def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSe
     """Train the matcher of `model_dir` into `out_dir` (a generator of progress; cancel-aware).
     checkpoint_every > 0 also saves the weights every that many steps (meta says which step);
     init_from: a matcher folder to continue from (a further run) instead of the model's towers."""
-    from engine.models.sceneworld_mini.network import build_tokenizer, load_model, pixels_from_uint8, tokenize
+    from engine.backends.sceneworld_mini.network import (
+        build_tokenizer,
+        load_model,
+        pixels_from_uint8,
+        tokenize,
+    )
     from engine.sceneworld import check_train_seed, generate_scenes
     check_train_seed(s.seed)
     cancel = cancel or CancelToken()

@@ -22,14 +22,14 @@ from pathlib import Path
 import torch
 
 from engine import options
-from engine.models.sceneworld_mini.network import (
+from engine.backends.sceneworld_mini.network import (
     MiniConfig,
     SceneWorldMini,
     init_token_embeddings_from_minilm,
     save_model,
     save_text_tower,
 )
-from engine.models.sceneworld_mini.training import (  # noqa: F401  (re-exported: training code imports them from here)
+from engine.backends.sceneworld_mini.training import (  # noqa: F401  (re-exported: training code imports them from here)
     SUPERSAMPLE,
     ArrayImages,
     MiniAdapter,

@@ -138,7 +138,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_lines(serve, photos, tmp_path):
 def mini_dir(tmp_path) -> Path:
     import torch
 
-    from engine.models.sceneworld_mini.network import SceneWorldMini, save_model
+    from engine.backends.sceneworld_mini.network import SceneWorldMini, save_model
     from tests.engine.test_trainer import TINY
 
     torch.manual_seed(0)

@@ -125,7 +125,7 @@ def test_check_missing_file(cli, tmp_path, monkeypatch):
 
 
 def test_search_reranks_with_the_mini_matching_head(cli, scene_files):
-    from engine.models.sceneworld_mini.rerank import MINI_RERANK_WEIGHT
+    from engine.backends.sceneworld_mini.rerank import MINI_RERANK_WEIGHT
 
     folder, scenes = scene_files
     rc, _, err = cli("index", str(folder), "--quiet", *MODEL)

@@ -38,7 +38,7 @@ def data(tmp_path) -> Path:
 
 @pytest.fixture
 def mini_dir(tmp_path) -> Path:
-    from engine.models.sceneworld_mini.network import SceneWorldMini, save_model
+    from engine.backends.sceneworld_mini.network import SceneWorldMini, save_model
     from tests.engine.test_trainer import TINY
 
     torch.manual_seed(0)
@@ -113,7 +113,7 @@ def test_missing_train_options_are_named(home, cli):
 
 
 def test_train_a_sceneworld_mini_folder_and_evaluate_it(home, cli, data, mini_dir, tmp_path):
-    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+    from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
 
     out = tmp_path / "mini-run"
     summary = cli.json("train", "--config", "C4", "--data", str(data), "--base", str(mini_dir), "--out", str(out),

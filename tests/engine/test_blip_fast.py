@@ -1,4 +1,4 @@
-"""The fast BLIP forwards (engine/models/blip/fast.py) against transformers' reference forward.
+"""The fast BLIP forwards (engine/backends/blip/fast.py) against transformers' reference forward.
 
 Tiny random-weight checkpoint (conftest), real JPEG files rendered from SceneWorld, and the
 registry's default (what the CLI and the GUI load).
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from engine.backends.blip.embedder import BlipEmbedder, save_text_tower
+from engine.backends.blip.fast import cpu_supports_bf16
 from engine.indexing.decode import decode_image
-from engine.models.blip.embedder import BlipEmbedder, save_text_tower
-from engine.models.blip.fast import cpu_supports_bf16
 from engine.sceneworld import generate_scene
 from engine.sceneworld.render import render_scene
 
@@ -130,7 +130,7 @@ def test_unknown_compute_mode_is_refused(blip_tiny_checkpoint):
 
 
 def test_query_thread_limit_applies_during_the_call_and_is_restored(blip_tiny_checkpoint, monkeypatch):
-    from engine.models.blip import fast as blip_fast
+    from engine.backends.blip import fast as blip_fast
 
     fast = BlipEmbedder(blip_tiny_checkpoint, device="cpu", compute="fast")
     assert fast.query_threads == 1

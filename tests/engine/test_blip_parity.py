@@ -1,6 +1,6 @@
 """BlipEmbedder against transformers' own BLIP: tokenizer, pixels, features, scores.
 
-Everything runs offline on random-weight checkpoints written by engine.models.blip.checkpoints.
+Everything runs offline on random-weight checkpoints written by engine.backends.blip.checkpoints.
 The weights are re-initialised with a visible spread, and the tests assert that different
 inputs give clearly different embeddings, so parity cannot hold by collapse.
 """
@@ -21,9 +21,7 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 from transformers import BertTokenizerFast, BlipForImageTextRetrieval, BlipImageProcessorPil
 
-from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
-from engine.models.base import Embedder
-from engine.models.blip.checkpoints import (
+from engine.backends.blip.checkpoints import (
     BLIP_DEC_TOKEN_ID,
     BLIP_ENC_TOKEN_ID,
     BLIP_IMAGE_MEAN,
@@ -34,7 +32,7 @@ from engine.models.blip.checkpoints import (
     save_random_blip_checkpoint,
     tiny_blip_config,
 )
-from engine.models.blip.embedder import (
+from engine.backends.blip.embedder import (
     TEXT_TOWER_META,
     TEXT_TOWER_WEIGHTS,
     BlipEmbedder,
@@ -42,6 +40,8 @@ from engine.models.blip.embedder import (
     resolve_dtype,
     save_text_tower,
 )
+from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.models.base import Embedder
 
 TOL = 1e-4
 
@@ -521,8 +521,8 @@ def test_configs() -> None:
 
 def test_engine_import_stays_light() -> None:
     code = (
-        "import sys, engine, engine.models, engine.models.base, engine.models.blip.checkpoints\n"
-        "heavy = [m for m in ('torch', 'transformers', 'engine.models.blip.embedder') if m in sys.modules]\n"
+        "import sys, engine, engine.models, engine.models.base, engine.backends.blip.checkpoints\n"
+        "heavy = [m for m in ('torch', 'transformers', 'engine.backends.blip.embedder') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

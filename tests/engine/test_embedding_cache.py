@@ -17,7 +17,7 @@ from engine.training.cache import CacheError, EmbeddingCache, _WriterLock, build
 
 @pytest.fixture(scope="module")
 def embedder(blip_tiny_checkpoint):
-    from engine.models.blip.embedder import BlipEmbedder
+    from engine.backends.blip.embedder import BlipEmbedder
 
     return BlipEmbedder(blip_tiny_checkpoint, device="cpu")
 
@@ -121,8 +121,8 @@ def test_a_changed_file_is_hashed_and_embedded_again(tmp_path, embedder, images)
 
 
 def test_a_cache_belongs_to_one_vision_tower(tmp_path, embedder, images):
-    from engine.models.blip.checkpoints import save_random_blip_checkpoint
-    from engine.models.blip.embedder import BlipEmbedder
+    from engine.backends.blip.checkpoints import save_random_blip_checkpoint
+    from engine.backends.blip.embedder import BlipEmbedder
 
     run_to_end(build_cache(embedder, images[:2], tmp_path / "cache"))
     other = BlipEmbedder(save_random_blip_checkpoint(tmp_path / "other", size="tiny", seed=1), device="cpu")

@@ -226,8 +226,8 @@ def one_thread():
 
 
 def test_real_files_are_embedded_like_the_embedder_does(docci_root, blip_tiny_checkpoint, one_thread):
+    from engine.backends.blip.embedder import BlipEmbedder
     from engine.indexing.decode import decode_image
-    from engine.models.blip.embedder import BlipEmbedder
 
     emb = BlipEmbedder(blip_tiny_checkpoint, device="cpu")
     s = load_docci(docci_root)

@@ -32,7 +32,7 @@ needs_model = pytest.mark.skipif(not (MODEL_DIR / "model.safetensors").is_file()
 
 @pytest.fixture(scope="module")
 def mini():
-    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+    from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
 
     return SceneWorldMiniEmbedder(MODEL_DIR, device="cpu")
 

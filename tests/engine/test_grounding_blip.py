@@ -12,14 +12,14 @@ import pytest
 import torch
 from PIL import Image
 
-from engine.grounding import get_grounder
-from engine.models.blip.embedder import BlipEmbedder
-from engine.models.blip.grounder import (
+from engine.backends.blip.embedder import BlipEmbedder
+from engine.backends.blip.grounder import (
     BlipGrounder,
     CrossAttentionRecorder,
     gradcam_from,
     has_cross_attention,
 )
+from engine.grounding import get_grounder
 
 PARAGRAPH = "A red ball lies on the grass, next to a wooden bench. Two white clouds drift across the sky."
 
@@ -28,7 +28,7 @@ def _save_itm_checkpoint(out: Path, config) -> Path:
     from transformers import BlipForImageTextRetrieval, BlipImageProcessorPil
     from transformers.utils import logging as hf_logging
 
-    from engine.models.blip.checkpoints import (
+    from engine.backends.blip.checkpoints import (
         BLIP_IMAGE_MEAN,
         BLIP_IMAGE_STD,
         build_blip_tokenizer,
@@ -51,7 +51,7 @@ def _save_itm_checkpoint(out: Path, config) -> Path:
 @pytest.fixture(scope="module")
 def itm_checkpoint(tmp_path_factory) -> Path:
     """The tiny BLIP with cross-attention in every text layer (is_decoder, set explicitly)."""
-    from engine.models.blip.checkpoints import tiny_blip_config
+    from engine.backends.blip.checkpoints import tiny_blip_config
 
     cfg = tiny_blip_config()
     cfg.text_config.is_decoder = True
@@ -153,7 +153,7 @@ def test_maps_shapes_normalisation_determinism(embedder, method):
 
 
 def test_model_without_cross_attention_falls_back(tmp_path):
-    from engine.models.blip.checkpoints import tiny_blip_config
+    from engine.backends.blip.checkpoints import tiny_blip_config
 
     cfg = tiny_blip_config()
     cfg.text_config.is_decoder = False  # no cross-attention blocks: no ITM path
@@ -172,7 +172,7 @@ def test_full_architecture_gradcam_on_cpu(tmp_path):
     cross-attention) with random weights: 24 x 24 maps, normalised, deterministic; time noted."""
     from transformers import BlipForImageTextRetrieval
 
-    from engine.models.blip.checkpoints import (
+    from engine.backends.blip.checkpoints import (
         base_blip_config,
         build_blip_tokenizer,
         reinitialise_blip_weights,

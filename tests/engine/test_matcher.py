@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+from engine.backends.sceneworld_mini.network import load_model
 from engine.grounding.calibration import calibration_key
 from engine.jobs import CancelToken
 from engine.models.registry import bundled_model_dir
-from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
-from engine.models.sceneworld_mini.network import load_model
 from engine.sceneworld import generate_scenes
 from engine.training.matcher_training import (
     MATCHER_DIR,
@@ -112,7 +112,7 @@ def test_cancel_stops_before_saving(base_dir, tmp_path) -> None:
 
 
 def test_grounder_uses_a_present_matcher(headless_dir) -> None:
-    from engine.models.sceneworld_mini.grounder import MiniGrounder
+    from engine.backends.sceneworld_mini.grounder import MiniGrounder
     from engine.sceneworld import render_scene
 
     model_dir = headless_dir
@@ -187,7 +187,7 @@ def test_patch_labels_name_the_object_under_each_patch() -> None:
 
 
 def test_align_loss_targets_the_referred_patches(base_dir) -> None:
-    from engine.models.sceneworld_mini.network import build_tokenizer, pixels_from_uint8
+    from engine.backends.sceneworld_mini.network import build_tokenizer, pixels_from_uint8
     from engine.training.matcher_training import _align_loss, render_with_labels
 
     scenes = generate_scenes(0, 0, 4)
@@ -208,7 +208,7 @@ def test_align_loss_targets_the_referred_patches(base_dir) -> None:
 
 
 def test_alignment_training_reloads_and_feeds_the_grounder(headless_dir) -> None:
-    from engine.models.sceneworld_mini.grounder import MAP_GRID, MiniGrounder
+    from engine.backends.sceneworld_mini.grounder import MAP_GRID, MiniGrounder
     from engine.sceneworld import render_scene
 
     torch.set_num_threads(1)
@@ -242,8 +242,8 @@ def test_alignment_training_reloads_and_feeds_the_grounder(headless_dir) -> None
 def test_a_head_without_alignment_still_loads(headless_dir) -> None:
     from safetensors.torch import load_file, save_file
 
+    from engine.backends.sceneworld_mini.grounder import MiniGrounder
     from engine.errors import ModelIntegrityError
-    from engine.models.sceneworld_mini.grounder import MiniGrounder
 
     model_dir = headless_dir
     model = load_model(model_dir)

@@ -48,8 +48,8 @@ from engine.models.registry import (
     verify_model,
 )
 
-HAVE_BLIP = importlib.util.find_spec("engine.models.blip.embedder") is not None
-HAVE_CHECKPOINTS = importlib.util.find_spec("engine.models.blip.checkpoints") is not None
+HAVE_BLIP = importlib.util.find_spec("engine.backends.blip.embedder") is not None
+HAVE_CHECKPOINTS = importlib.util.find_spec("engine.backends.blip.checkpoints") is not None
 
 REPO = "acme/blip-test"
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -299,9 +299,9 @@ def test_load_embedder_passes_install_to_backend(
         def __init__(self, checkpoint_dir: Path, **kwargs: object) -> None:
             calls.append((checkpoint_dir, kwargs))
 
-    stub = types.ModuleType("engine.models.blip.embedder")
+    stub = types.ModuleType("engine.backends.blip.embedder")
     stub.BlipEmbedder = StubEmbedder  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "engine.models.blip.embedder", stub)
+    monkeypatch.setitem(sys.modules, "engine.backends.blip.embedder", stub)
     installed = import_model(hf_folder, "blip-itm-base-coco", paths)
     load_embedder("blip-itm-base-coco", paths, device="cpu")
     from engine.models.registry import installed_identity
@@ -312,7 +312,7 @@ def test_load_embedder_passes_install_to_backend(
         "device": "cpu",
         "text_tower_dir": None,
         "model_id": "blip-itm-base-coco",
-        "compute": "fast",  # the CPU/GPU fast path is what users get (engine/models/blip/embedder.py)
+        "compute": "fast",  # the CPU/GPU fast path is what users get (engine/backends/blip/embedder.py)
         "default_text_tokens": 128,
         # What keys its vectors: the manifest's hashes (issue 16 item 2), not the name.
         "identity": installed_identity("blip-itm-base-coco", paths).image,
@@ -321,7 +321,7 @@ def test_load_embedder_passes_install_to_backend(
     assert str(kwargs["identity"]).startswith("blip-itm-base-coco@")
 
 
-@pytest.mark.skipif(not (HAVE_BLIP and HAVE_CHECKPOINTS), reason="engine.models.blip.embedder not available yet")
+@pytest.mark.skipif(not (HAVE_BLIP and HAVE_CHECKPOINTS), reason="engine.backends.blip.embedder not available yet")
 def test_imported_random_blip_loads_and_encodes(paths: Paths, hf_folder: Path) -> None:
     from PIL import Image
 

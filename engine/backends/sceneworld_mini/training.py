@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from engine.models.sceneworld_mini.network import (
+from engine.backends.sceneworld_mini.network import (
     SceneWorldMini,
     build_tokenizer,
     load_model,
@@ -103,7 +103,7 @@ def render_for_model(scenes, size: int) -> np.ndarray:
 def make_adapter(folder: Path, *, device: str = "auto", init_text_tower: Path | None = None,
                  model_id: str = "", amp: bool = True) -> MiniAdapter:
     """A trainable adapter on the folder's weights, optionally starting from a text tower."""
-    from engine.models.blip.embedder import resolve_device
+    from engine.models.device import resolve_device
 
     dev = resolve_device(device)
     model = load_model(Path(folder), dev)

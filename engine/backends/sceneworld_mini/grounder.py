@@ -1,6 +1,6 @@
 """Grounding for sceneworld-mini: region maps and calibrated supports.
 
-With a matching head trained with phrase-patch alignment (engine/models/sceneworld_mini/matcher.py; the
+With a matching head trained with phrase-patch alignment (engine/backends/sceneworld_mini/matcher.py; the
 shipped one is) the default maps are its alignment maps (method "align"): they point at the
 referred object for 0.99 of object phrases (docs/grounding.md), and the head's logit and
 alignment maximum lead the support features. Otherwise, the patch-similarity maps below.
@@ -67,7 +67,7 @@ class MiniGrounder(BaseGrounder):
         "sentence": ["debiased_similarity", "min_phrase_similarity", "min_relation_geometry"],
     }
 
-    # With a matching head (engine/models/sceneworld_mini/matcher.py) its logit leads every level's features.
+    # With a matching head (engine/backends/sceneworld_mini/matcher.py) its logit leads every level's features.
     matcher_feature_names = {
         "phrase": ["match_logit", "debiased_similarity"],
         "relation": ["geometry", "debiased_similarity", "match_logit"],
@@ -88,8 +88,8 @@ class MiniGrounder(BaseGrounder):
         super().__init__(embedder, calibration)
         self.matcher = None
         if use_matcher:
+            from engine.backends.sceneworld_mini.matcher import load_matcher
             from engine.grounding.calibration import model_dir_of
-            from engine.models.sceneworld_mini.matcher import load_matcher
 
             model_dir = model_dir_of(embedder)
             if model_dir is not None:
@@ -162,8 +162,8 @@ class MiniGrounder(BaseGrounder):
         """The matching head's logit for each text against the image (0: undecided)."""
         if self.matcher is None or feats.match_tokens is None or not texts:
             return np.zeros(len(texts), np.float32)
-        from engine.models.sceneworld_mini.matcher import MAX_TOKENS
-        from engine.models.sceneworld_mini.network import tokenize
+        from engine.backends.sceneworld_mini.matcher import MAX_TOKENS
+        from engine.backends.sceneworld_mini.network import tokenize
 
         ids, mask = tokenize(self.embedder.tokenizer, texts, MAX_TOKENS)
         device = feats.match_tokens.device
@@ -174,8 +174,8 @@ class MiniGrounder(BaseGrounder):
     def align_maps(self, feats: MiniImageFeatures, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Phrase-patch alignment: (k, MAP_GRID, MAP_GRID) probability maps (shift-averaged) and
         each phrase's best unshifted patch logit."""
-        from engine.models.sceneworld_mini.matcher import MAX_TOKENS
-        from engine.models.sceneworld_mini.network import tokenize
+        from engine.backends.sceneworld_mini.matcher import MAX_TOKENS
+        from engine.backends.sceneworld_mini.network import tokenize
 
         assert self.matcher is not None and feats.match_tokens is not None
         k, s = len(texts), len(SHIFTS)

@@ -23,7 +23,7 @@ def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Pat
                    model_id: str | None = None, identity: str | None = None, text_identity: str | None = None,
                    default_text_tokens: int | None = None, installed: bool = False) -> Any:
     try:
-        from engine.models.blip.embedder import BlipEmbedder
+        from engine.backends.blip.embedder import BlipEmbedder
     except ImportError as e:
         raise ModelError(f"the BLIP backend is not available in this build: {e}") from e
     model_dir = Path(model_dir)
@@ -32,7 +32,7 @@ def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Pat
     if text_tower_dir is None and (model_dir / "text_tower" / "text_tower.json").is_file():
         # An imported paragraph-trained text tower travels inside the model folder.
         text_tower_dir = model_dir / "text_tower"
-    # compute="fast": SDPA and, on CPUs with native bf16, bf16 towers (engine/models/blip/embedder.py).
+    # compute="fast": SDPA and, on CPUs with native bf16, bf16 towers (engine/backends/blip/embedder.py).
     kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir, "model_id": model_id,
                               "compute": "fast", "identity": identity, "text_identity": text_identity}
     if default_text_tokens is not None:
@@ -41,32 +41,32 @@ def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Pat
 
 
 def _make_grounder(embedder: Any, calibration: Any, *, method: str | None = None, **options: Any) -> Any:
-    from engine.models.blip.grounder import BlipGrounder
+    from engine.backends.blip.grounder import BlipGrounder
 
     return BlipGrounder(embedder, calibration, method=method or "gradcam", **options)
 
 
 def _rerank_support(embedder: Any) -> tuple[bool, str]:
-    from engine.models.blip.rerank import rerank_support
+    from engine.backends.blip.rerank import rerank_support
 
     return rerank_support(embedder)
 
 
 def _rerank_scores(embedder: Any, images: Sequence[Any], query: str, ann_scores: Sequence[float],
                    max_tokens: int | None = None) -> Any:
-    from engine.models.blip.rerank import rerank_scores
+    from engine.backends.blip.rerank import rerank_scores
 
     return rerank_scores(embedder, images, query, ann_scores, max_tokens=max_tokens)
 
 
 def _make_training_adapter(folder: Path, **kwargs: Any) -> Any:
-    from engine.models.blip.training import make_adapter
+    from engine.backends.blip.training import make_adapter
 
     return make_adapter(folder, **kwargs)
 
 
 def _embed_training_scenes(folder: Path, scenes: Sequence[Any], device: str) -> Any:
-    from engine.models.blip.training import embed_training_scenes
+    from engine.backends.blip.training import embed_training_scenes
 
     return embed_training_scenes(folder, scenes, device)
 
@@ -80,7 +80,7 @@ def _import_config_check(cfg: dict[str, Any]) -> None:
 
 
 def _import_weights_check(folder: Path, weight_files: list[str]) -> None:
-    from engine.models.blip.shapes import check_blip_config_fits_weights
+    from engine.backends.blip.shapes import check_blip_config_fits_weights
 
     check_blip_config_fits_weights(folder, weight_files=weight_files)
 

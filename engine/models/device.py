@@ -1,0 +1,47 @@
+"""Which torch device a model runs on: one rule and one set of messages for every backend.
+
+torch is imported inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from engine.errors import ModelError
+
+
+def _mps_available() -> bool:
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def resolve_device(name: str = "auto") -> str:
+    """'auto' -> cuda, else mps, else cpu. An explicit device that is not usable raises ModelError."""
+    import torch
+
+    requested = (name or "auto").strip().lower()
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if _mps_available():
+            return "mps"
+        return "cpu"
+    if requested == "cpu":
+        return "cpu"
+    if requested == "cuda" or requested.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ModelError(
+                f"Device {name!r} was requested, but CUDA is not available "
+                "(no NVIDIA GPU, or this PyTorch build has no CUDA support). Use 'auto' or 'cpu'."
+            )
+        if requested != "cuda":
+            index_text = requested.split(":", 1)[1]
+            count = torch.cuda.device_count()
+            if not index_text.isdigit() or int(index_text) >= count:
+                raise ModelError(f"Device {name!r} does not exist; this machine has {count} CUDA device(s).")
+        return requested
+    if requested == "mps":
+        if not _mps_available():
+            raise ModelError("Device 'mps' was requested, but Apple's Metal backend is not available here.")
+        return "mps"
+    raise ModelError(f"Unknown device {name!r}; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.")
