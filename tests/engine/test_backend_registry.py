@@ -278,7 +278,7 @@ def test_toy_backend_through_index_search_ground_check_and_train(toy_home, photo
 # --------------------------------------------------------------------------- the dispatch rule
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
-DISPATCH_OWNERS = ("models/registry.py", "models/blip/", "models/sceneworld_mini/")
+DISPATCH_OWNERS = ("models/registry.py", "backends/blip/", "backends/sceneworld_mini/")
 BACKEND_NAMES = {"blip", "sceneworld-mini"}
 BACKEND_CLASSES = {"BlipEmbedder", "SceneWorldMiniEmbedder", "BlipGrounder", "MiniGrounder"}
 # Objects whose private members stay inside their own module.
