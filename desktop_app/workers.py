@@ -642,15 +642,20 @@ class Backend:
             return None
         return self.grounder_factory(embedder)
 
-    def ground(self, image_path: str, text: str):
-        """The grounding of `text` in the image, or None when the model has no grounder."""
+    def ground(self, image_path: str, text: str, sentences: list[tuple[int, int]] | None = None):
+        """The grounding of `text` in the image, or None when the model has no grounder.
+
+        `sentences`: the caller's sentence spans (the Review panel's rows), so that
+        sentence_supports[i] belongs to the caller's sentence i."""
         grounder = self.grounder()
         if grounder is None:
             return None
         from engine.indexing.decode import decode_image
 
         image, _ = decode_image(Path(image_path))
-        return grounder.ground(image, text)
+        if sentences is None:
+            return grounder.ground(image, text)
+        return grounder.ground(image, text, sentences=list(sentences))
 
     # -- review -----------------------------------------------------------------
     def open_review(self, path: str):

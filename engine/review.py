@@ -16,8 +16,11 @@ previous version of the same file: "new", "changed" (same image, edited caption:
 carried over) or "kept". Every verdict is written at once in its own transaction.
 
 Verdicts apply to the whole item (sentence_index None) or to one sentence of the caption,
-numbered as `split_sentences` splits it; that split is part of the stored data, so it must
-stay stable.
+numbered as `split_sentences` (engine.text.sentences, the grounder's splitter too) splits it;
+that split is part of the stored data, so it must stay stable. (Until the shared splitter,
+review split at every ". " — "Dr. Smith" made two sentences — while the grounder did not, so
+the Review panel tinted rows with other sentences' supports; verdicts stored under the old
+numbering on captions with abbreviations now attach to the shared splitter's sentences.)
 
 Sizes are bounded by engine.limits: a line too long to read, a caption over the character or
 sentence limit, lines past the line limit are problems of their lines; the rest is reviewed.
@@ -29,7 +32,6 @@ import csv
 import hashlib
 import io
 import json
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ from engine.catalog.review_keys import IMAGE_CONTENT_PREFIX, caption_hash, image
 from engine.catalog.schema import review_items, review_sessions, verdicts
 from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text
+from engine.text.sentences import split_sentences as _split_sentences
 
 VERDICTS: tuple[str, ...] = ("faithful", "unfaithful", "unsure")
 CHANGES: tuple[str, ...] = ("new", "changed", "kept")  # an item against the previous version of its file
@@ -57,30 +60,11 @@ class ReviewError(LonglensError):
 
 # --------------------------------------------------------------------------- sentences
 
-# A sentence ends at . ! ? (possibly followed by closing quotes/brackets) and whitespace.
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s)")
-
-
 def split_sentences(text: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of the sentences of `text`, whitespace trimmed.
-
-    Deliberately simple and stable: verdicts are stored by sentence index.
-    """
-    spans: list[tuple[int, int]] = []
-    start = 0
-    for m in _SENTENCE_END.finditer(text):
-        spans.append((start, m.end()))
-        start = m.end()
-    spans.append((start, len(text)))
-    out = []
-    for s, e in spans:
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
-        if e > s:
-            out.append((s, e))
-    return out
+    """(start, end) character spans of the sentences of `text`: engine.text.sentences, the
+    splitter the grounder uses too, so sentence i of a review item is sentence i of its
+    grounding (the Review panel tints row i with sentence_supports[i])."""
+    return _split_sentences(text)
 
 
 # --------------------------------------------------------------------------- caption files

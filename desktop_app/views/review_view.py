@@ -362,7 +362,7 @@ class ReviewView(QWidget):
                       on_error=lambda m, s=seq: seq == self._seq and self.canvas.set_message(
                           f"This picture cannot be shown: {m}"))
         self.grounding_note.setText("")
-        self.hub.call(self.backend.ground, item.image_path, item.caption,
+        self.hub.call(self.backend.ground, item.image_path, item.caption, list(item.sentences),
                       on_result=lambda g, s=seq: self._grounded(g, s),
                       on_error=lambda m, s=seq: seq == self._seq and self.grounding_note.setText(
                           f"Grounding failed: {m}"))
