@@ -168,14 +168,22 @@ def _summary_text(s: dict) -> str:
     return "\n".join(lines)
 
 
+def _with_settings(args: argparse.Namespace) -> argparse.Namespace:
+    """Options not given on the command line come from the settings file (the GUI's too)."""
+    from engine.settings import fill_args, load_settings
+
+    return fill_args(args, load_settings(_paths(args).config))
+
+
 def cmd_index(args: argparse.Namespace) -> int:
+    args = _with_settings(args)
     if args.cluster or args.out:
         from engine.cluster.cli import cmd_cluster_index
 
         return cmd_cluster_index(args)
     with _services(args) as svc:
-        embedder = svc.embedder(args.model, device=args.device)
-        indexer = svc.indexer(embedder, batch_size=args.batch_size)
+        embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
+        indexer = svc.indexer(embedder, batch_size=args.batch_size, decode_workers=args.decode_workers)
         summaries = []
         for folder in args.paths:
             last = _run_cancellable(lambda tok, f=folder: indexer.run(f, cancel=tok), quiet=args.json or args.quiet)
@@ -194,20 +202,9 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _filter(args: argparse.Namespace):
-    from engine.catalog import ImageFilter
+    from engine.search.filters import build_filters
 
-    def iso(d: str | None, name: str) -> str | None:
-        if d is None:
-            return None
-        import datetime as dt
-
-        try:
-            return dt.date.fromisoformat(d).isoformat()
-        except ValueError:
-            raise LonglensError(f"--{name} expects a date like 2024-05-31, got {d!r}") from None
-
-    return ImageFilter(folder=args.folder, after=iso(args.after, "after"), before=iso(args.before, "before"),
-                       camera=args.camera)
+    return build_filters(args.folder, args.after, args.before, args.camera)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -216,6 +213,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.image is None and args.query is None:
         raise QueryError("give a paragraph to search for, or --image PATH")
     flt = _filter(args)  # cheap checks first: a typo in a date should not wait for a model to load
+    args = _with_settings(args)
     with _services(args) as svc:
         embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
         searcher = svc.searcher(embedder)
@@ -377,8 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     si = sub.add_parser("index", help="index (or re-index) photo folders incrementally")
     si.add_argument("paths", nargs="+")
     si.add_argument("--model")
-    si.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    si.add_argument("--batch-size", type=options.BATCH_SIZE, default=32)
+    si.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: the settings' device, auto)")
+    si.add_argument("--batch-size", type=options.BATCH_SIZE, help="images per batch (default: the settings', 16)")
     si.add_argument("--json", action="store_true", help="print a JSON summary")
     si.add_argument("--quiet", action="store_true", help="no progress bar")
     si.add_argument("--cluster", metavar="ADDRESS", help="embed on Ray ('local', 'local:N' or a Ray address) "
@@ -396,9 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--before", help="only images taken before this date (YYYY-MM-DD)")
     ss.add_argument("--camera", help="only images whose camera make/model contains this text")
     ss.add_argument("--model")
-    ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder")
-    ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET, help="token budget for the query (default: the model's)")
-    ss.add_argument("--device", default="auto")
+    ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder (default: the settings')")
+    ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET,
+                    help="token budget for the query (default: the settings', else the model's)")
+    ss.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: the settings' device, auto)")
     ss.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=False,
                     help="re-score the top --rerank-k candidates with the model's matching head (BLIP: ITM; "
                          "sceneworld-mini: its matching head) and order by it (default: off, ANN order; "

@@ -32,10 +32,11 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app import theme
+from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
+from desktop_app.facade import Backend
 from desktop_app.widgets import overlay
 from desktop_app.widgets.image_canvas import ImageCanvas
-from desktop_app.workers import Backend, Job, WorkerHub
 
 CAPTION_FILTER = "Caption files (*.jsonl *.ndjson *.json *.csv *.tsv);;All files (*)"
 VERDICT_LABELS = {"faithful": "Faithful", "unfaithful": "Unfaithful", "unsure": "Unsure"}

@@ -30,11 +30,13 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app import theme
+from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
+from desktop_app.facade import THUMBNAIL_PX, Backend, display_text
+from desktop_app.thumbnails import ThumbnailLoader
 from desktop_app.views.results_model import HitRole, ResultsModel
 from desktop_app.widgets.paragraph_edit import ParagraphEdit
 from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
-from desktop_app.workers import THUMBNAIL_PX, Backend, Job, ThumbnailLoader, WorkerHub, display_text
 
 ALL_FOLDERS = "All folders"
 

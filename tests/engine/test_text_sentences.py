@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from engine import review
 from engine.datagen import parsing
 from engine.grounding.chunking import chunk
@@ -30,7 +32,7 @@ def test_review_item_sentences_are_the_grounders(tmp_path):
     img = tmp_path / "a.png"
     Image.new("RGB", (8, 8)).save(img)
     f = tmp_path / "c.jsonl"
-    f.write_text('{"image": "a.png", "caption": "%s"}\n' % TEXT, encoding="utf-8")
+    f.write_text(json.dumps({"image": "a.png", "caption": TEXT}) + "\n", encoding="utf-8")
     cf = review.load_caption_file(f)
     assert [it.caption for it in cf.items] == [TEXT]
     assert review.split_sentences(cf.items[0].caption) == chunk(TEXT).sentences
