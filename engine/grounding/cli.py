@@ -199,7 +199,9 @@ def read_items(path: Path) -> Iterator[tuple[int, dict[str, Any] | None, str | N
     engine.text.captions (the one caption-file reader: its keys, bounds and messages)."""
     from engine.text.captions import RowProblem, read_captions
 
-    for row in read_captions(path, check_image=False, error=LonglensError):
+    # Image and caption are taken as found: a missing image or an empty caption is reported
+    # when the line is checked.
+    for row in read_captions(path, check_image=False, empty_ok=True, error=LonglensError):
         if isinstance(row, RowProblem):
             yield row.line_no, None, row.reason
         else:

@@ -106,7 +106,7 @@ def _first(obj: dict[str, Any], keys: tuple[str, ...]) -> tuple[bool, Any]:
 
 
 def _row(line_no: int, obj: dict[str, Any], base: Path, *, caption_required: bool,
-         check_image: bool) -> CaptionRow | RowProblem:
+         check_image: bool, empty_ok: bool = False) -> CaptionRow | RowProblem:
     lower = {str(k).strip().lower(): v for k, v in obj.items()}
     has_img, img = _first(lower, IMAGE_KEYS)
     has_cap, cap = _first(lower, CAPTION_KEYS)
@@ -119,15 +119,16 @@ def _row(line_no: int, obj: dict[str, Any], base: Path, *, caption_required: boo
             return RowProblem(line_no, "caption", f"no caption (expected one of: {', '.join(CAPTION_KEYS)})")
     elif not isinstance(cap, str):
         return RowProblem(line_no, "caption", f"the caption is not text (got {type(cap).__name__})")
-    caption = cap.strip() if isinstance(cap, str) else None
-    if not caption:
-        if caption_required:
-            return RowProblem(line_no, "caption", "empty caption")
-        caption = None
-    if caption is not None:
-        too_big = limits.caption_problem(caption)
+    if isinstance(cap, str):
+        # The limits apply to the text as written (the bound on what is held), before the strip.
+        too_big = limits.caption_problem(cap)
         if too_big is not None:
             return RowProblem(line_no, "caption", too_big)
+    caption = cap.strip() if isinstance(cap, str) else None
+    if not caption:
+        if caption_required and not (empty_ok and isinstance(cap, str)):
+            return RowProblem(line_no, "caption", "empty caption")
+        caption = "" if isinstance(cap, str) and caption_required else None
     ref = img.strip()
     p = Path(ref).expanduser()
     if not p.is_absolute():
@@ -164,7 +165,8 @@ def _jsonl(lines: Iterable[limits.TextLine], base: Path, **kw: bool) -> Iterator
 
 
 def _csv(lines: Iterable[limits.TextLine], path: Path, base: Path, delimiter: str, error: type[Exception],
-         label: str, *, caption_required: bool, check_image: bool) -> Iterator[CaptionRow | RowProblem]:
+         label: str, *, caption_required: bool, check_image: bool,
+         empty_ok: bool = False) -> Iterator[CaptionRow | RowProblem]:
     unread: list[RowProblem] = []
 
     def texts() -> Iterator[str]:
@@ -225,7 +227,8 @@ def _csv(lines: Iterable[limits.TextLine], path: Path, base: Path, delimiter: st
         else:
             yield RowProblem(line_no, "line", "expected two columns: image path, caption")
             continue
-        yield _row(line_no, obj, base, caption_required=caption_required, check_image=check_image)
+        yield _row(line_no, obj, base, caption_required=caption_required, check_image=check_image,
+                   empty_ok=empty_ok)
 
 
 def _plain(lines: Iterable[limits.TextLine], base: Path, check_image: bool) -> Iterator[CaptionRow | RowProblem]:
@@ -267,13 +270,14 @@ def read_captions(
     *,
     caption_required: bool = True,
     check_image: bool = True,
+    empty_ok: bool = False,
     label: str = "",
     error: type[Exception] = CaptionFileError,
     on_bytes: Callable[[bytes], None] | None = None,
 ) -> Iterator[CaptionRow | RowProblem]:
     """The rows of a caption file, streamed in file order: a CaptionRow per usable line, a
     RowProblem per bad one (an unreadable line, invalid JSON, a missing key, a caption over the
-    limits, with check_image an image that is not a file).
+    limits, an empty caption unless empty_ok, with check_image an image that is not a file).
 
     fmt: "jsonl", "csv", "tsv" or "lines" (plain list of paths); None: sniff_format. Raises
     `error` (open_error_message's wording, or a CSV without a usable header) when the file as a
@@ -284,10 +288,11 @@ def read_captions(
     base = path.absolute().parent
     lines = text_lines(path, label=label, error=error, split_cr=fmt in ("csv", "tsv"), on_bytes=on_bytes)
     if fmt == "jsonl":
-        yield from _jsonl(lines, base, caption_required=caption_required, check_image=check_image)
+        yield from _jsonl(lines, base, caption_required=caption_required, check_image=check_image,
+                          empty_ok=empty_ok)
     elif fmt in ("csv", "tsv"):
         yield from _csv(lines, path, base, "\t" if fmt == "tsv" else ",", error, label,
-                        caption_required=caption_required, check_image=check_image)
+                        caption_required=caption_required, check_image=check_image, empty_ok=empty_ok)
     elif fmt == "lines":
         yield from _plain(lines, base, check_image)
     else:
