@@ -82,6 +82,8 @@ class Backend:
         self.paths = (paths or get_paths()).ensure()
         self.services = Services(self.paths)
         self._lock = threading.RLock()
+        # Its own lock: the GUI thread asks for settings while a worker holds _lock loading a model.
+        self._settings_lock = threading.Lock()
         self._settings: Settings | None = None
         try:
             self.settings()  # a bad value stops here with the file and key, not mid-run
@@ -102,7 +104,7 @@ class Backend:
     def settings(self) -> Settings:
         """The settings in effect (engine.settings, as the CLI reads them): the file is read once
         and cached until save_settings changes it."""
-        with self._lock:
+        with self._settings_lock:
             if self._settings is None:
                 self._settings = self.services.settings()
             return self._settings
@@ -117,9 +119,10 @@ class Backend:
 
     def save_settings(self, values: dict[str, Any]) -> None:
         """Raises a LonglensError naming the setting when a value is out of range; nothing is written."""
-        with self._lock:
+        with self._settings_lock:
             self._settings = None  # re-read next time, even if the write fails half-way
             self._settings = self.services.save_settings(values)
+        with self._lock:
             self._thumbs = None  # the cache size may have changed
 
     # -- models -------------------------------------------------------------
