@@ -141,7 +141,7 @@ def test_review_resumes_where_the_annotator_stopped(qtbot, window, review, photo
 
 
 @pytest.mark.parametrize("content,name,expected", [
-    ("image,text\na.jpg,hello\n", "bad.csv", "no 'caption' column"),
+    ("image,notes\na.jpg,hello\n", "bad.csv", "no 'caption' column"),
     ("", "empty.jsonl", "no usable items"),
     ("hello", "notes.txt", "must be .jsonl or .csv"),
 ])
