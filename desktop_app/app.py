@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QLockFile
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QMessageBox
 
 from desktop_app import theme
+from desktop_app.background import WorkerHub, user_message
+from desktop_app.facade import Backend, resolve_paths
 from desktop_app.main_window import MainWindow
-from desktop_app.workers import Backend, WorkerHub, resolve_paths, user_message
+from desktop_app.qapp import ensure_app
 
 LOCK_NAME = "longlens-gui.lock"
 
@@ -45,16 +47,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="check this installation (demo model, indexing, search, window) on temporary "
                         "data, print the result and exit: 0 passed, 1 failed")
     return p.parse_args(list(argv))
-
-
-def ensure_app() -> QApplication:
-    app = QApplication.instance()
-    if app is None:
-        app = QApplication(sys.argv[:1])
-    app.setApplicationName("Longlens")
-    app.setOrganizationName("Longlens")
-    app.setApplicationDisplayName("Longlens")
-    return app
 
 
 def _fatal(title: str, text: str) -> None:

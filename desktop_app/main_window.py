@@ -20,15 +20,16 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app import theme
+from desktop_app.background import WorkerHub
 from desktop_app.dialogs import messages
 from desktop_app.dialogs.models_dialog import ModelsDialog
 from desktop_app.dialogs.settings_dialog import SettingsDialog
+from desktop_app.facade import Backend
 from desktop_app.views.inspector_view import InspectorView
 from desktop_app.views.library_view import IndexQueue, LibraryView
 from desktop_app.views.review_view import ReviewView
 from desktop_app.views.search_view import SearchView
 from desktop_app.widgets.progress_panel import ProgressPanel
-from desktop_app.workers import Backend, WorkerHub
 
 DEFAULT_SIZE = (1440, 900)
 SHORTCUTS_HELP = """<h3>Keyboard</h3>

@@ -2,7 +2,7 @@
 
 Two parts, both on a temporary LONGLENS_HOME that is removed afterwards, so the user's catalog,
 settings and models are never touched, and neither needs a network:
-1. the engine's self-test (desktop_app.workers.installation_self_test): verifies and loads the
+1. the engine's self-test (desktop_app.facade.installation_self_test): verifies and loads the
    bundled demo model, indexes the bundled sample, and checks every sample paragraph ranks its
    picture first;
 2. the desktop app itself: opens the real main window on that catalog, runs one search through
@@ -70,7 +70,8 @@ def run_self_test(*, keep: str | None = None, gui: bool = True, out: TextIO | No
 
 
 def _engine_part(home: Path, out: TextIO) -> Any:
-    from desktop_app.workers import installation_self_test, user_message
+    from desktop_app.background import user_message
+    from desktop_app.facade import installation_self_test
 
     t0 = time.monotonic()
     stage = ""
@@ -95,9 +96,10 @@ def _gui_part(report: Any, out: TextIO) -> None:
     try:
         from PySide6.QtCore import QEventLoop, QTimer
 
-        from desktop_app.app import ensure_app
+        from desktop_app.background import WorkerHub
+        from desktop_app.facade import Backend, resolve_paths
         from desktop_app.main_window import MainWindow
-        from desktop_app.workers import Backend, WorkerHub, resolve_paths
+        from desktop_app.qapp import ensure_app
     except ImportError as exc:
         raise _Failed(f"the desktop app cannot start: {exc}") from exc
 

@@ -1,6 +1,6 @@
 """Long-running work as generators of Progress, stoppable with a CancelToken.
 
-The CLI drives a job with a progress bar, the GUI through desktop_app/workers.py;
+The CLI drives a job with a progress bar, the GUI through desktop_app/background.py;
 both run the same engine generator.
 """
 

@@ -44,7 +44,7 @@ _READ_CHUNK = 1 << 20
 
 def count_grounding_sentences(text: str) -> int:
     """Sentences as the grounder splits them (the split whose count drives grounding memory)."""
-    from engine.grounding.chunking import split_sentences
+    from engine.text.sentences import split_sentences
 
     return len(split_sentences(text))
 

@@ -1,8 +1,9 @@
 """Review of captions by annotators: caption files in, verdicts in the catalog, exports out.
 
 A caption file lists (image, caption) pairs, as JSON Lines (`{"image": ..., "caption": ...}`
-per line) or CSV with a header row naming the `image` and `caption` columns. Relative image
-paths are taken relative to the caption file's folder. Bad lines (invalid JSON, a missing
+per line) or CSV with a header row naming the `image` and `caption` columns, read by
+engine.text.captions (which lists every accepted key). Relative image paths are taken relative
+to the caption file's folder. Bad lines (invalid JSON, a missing
 column, an image that does not exist, an empty caption) are reported with their line number
 and reason; the rest of the file is reviewed.
 
@@ -16,8 +17,11 @@ previous version of the same file: "new", "changed" (same image, edited caption:
 carried over) or "kept". Every verdict is written at once in its own transaction.
 
 Verdicts apply to the whole item (sentence_index None) or to one sentence of the caption,
-numbered as `split_sentences` splits it; that split is part of the stored data, so it must
-stay stable.
+numbered as `split_sentences` (engine.text.sentences, the grounder's splitter too) splits it;
+that split is part of the stored data, so it must stay stable. (Until the shared splitter,
+review split at every ". " — "Dr. Smith" made two sentences — while the grounder did not, so
+the Review panel tinted rows with other sentences' supports; verdicts stored under the old
+numbering on captions with abbreviations now attach to the shared splitter's sentences.)
 
 Sizes are bounded by engine.limits: a line too long to read, a caption over the character or
 sentence limit, lines past the line limit are problems of their lines; the rest is reviewed.
@@ -29,25 +33,23 @@ import csv
 import hashlib
 import io
 import json
-import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import and_, delete, func, insert, select, update
 
-from engine import limits
 from engine.catalog import Catalog
 from engine.catalog.review_keys import IMAGE_CONTENT_PREFIX, caption_hash, image_key
 from engine.catalog.schema import review_items, review_sessions, verdicts
 from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text
+from engine.text.captions import CSV_SUFFIXES, JSONL_SUFFIXES, RowProblem, open_error_message, read_captions
+from engine.text.sentences import split_sentences as _split_sentences
 
 VERDICTS: tuple[str, ...] = ("faithful", "unfaithful", "unsure")
 CHANGES: tuple[str, ...] = ("new", "changed", "kept")  # an item against the previous version of its file
-JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson", ".json"})
-CSV_SUFFIXES = frozenset({".csv", ".tsv"})
 MAX_CAPTION_FILE_BYTES = 256 * 1024 * 1024
 
 
@@ -57,30 +59,11 @@ class ReviewError(LonglensError):
 
 # --------------------------------------------------------------------------- sentences
 
-# A sentence ends at . ! ? (possibly followed by closing quotes/brackets) and whitespace.
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s)")
-
-
 def split_sentences(text: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of the sentences of `text`, whitespace trimmed.
-
-    Deliberately simple and stable: verdicts are stored by sentence index.
-    """
-    spans: list[tuple[int, int]] = []
-    start = 0
-    for m in _SENTENCE_END.finditer(text):
-        spans.append((start, m.end()))
-        start = m.end()
-    spans.append((start, len(text)))
-    out = []
-    for s, e in spans:
-        while s < e and text[s].isspace():
-            s += 1
-        while e > s and text[e - 1].isspace():
-            e -= 1
-        if e > s:
-            out.append((s, e))
-    return out
+    """(start, end) character spans of the sentences of `text`: engine.text.sentences, the
+    splitter the grounder uses too, so sentence i of a review item is sentence i of its
+    grounding (the Review panel tints row i with sentence_supports[i])."""
+    return _split_sentences(text)
 
 
 # --------------------------------------------------------------------------- caption files
@@ -93,13 +76,9 @@ class CaptionLine:
     caption: str
 
 
-@dataclass(frozen=True)
-class CaptionProblem:
-    line_no: int
-    reason: str
-
-    def __str__(self) -> str:
-        return f"line {self.line_no}: {self.reason}"
+# A bad line: line number, field and reason (engine.text.captions, the reader every caption
+# file goes through); str() is "line N: reason".
+CaptionProblem = RowProblem
 
 
 @dataclass
@@ -110,120 +89,9 @@ class CaptionFile:
     problems: list[CaptionProblem] = field(default_factory=list)
 
 
-def _open_lines(path: Path, on_bytes: Callable[[bytes], None], split_cr: bool) -> Iterator[limits.TextLine]:
-    """The file's lines within engine.limits (raises ReviewError when the file cannot be read)."""
-    from engine.fileutil import NotARegularFileError
-
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise ReviewError(f"{path} does not exist") from None
-    except OSError as exc:
-        raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if size > MAX_CAPTION_FILE_BYTES:
-        raise ReviewError(f"{path} is too large for a caption file ({size / 1e6:.0f} MB)")
-    try:
-        # The open itself refuses a FIFO, device or folder (checked on the descriptor, never blocks).
-        yield from limits.iter_text_lines(path, on_bytes=on_bytes, split_cr=split_cr)
-    except FileNotFoundError:
-        raise ReviewError(f"{path} does not exist") from None
-    except NotARegularFileError as exc:
-        raise ReviewError(str(exc)) from None
-    except OSError as exc:
-        raise ReviewError(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def _check(line_no: int, image: object, caption: object, base: Path) -> CaptionLine | CaptionProblem:
-    if not isinstance(image, str) or not image.strip():
-        return CaptionProblem(line_no, "no image path")
-    if not isinstance(caption, str):
-        return CaptionProblem(line_no, "the caption is not text")
-    if not caption.strip():
-        return CaptionProblem(line_no, "empty caption")
-    too_big = limits.caption_problem(caption.strip(), lambda text: len(split_sentences(text)))
-    if too_big is not None:
-        return CaptionProblem(line_no, too_big)
-    p = Path(image.strip()).expanduser()
-    if not p.is_absolute():
-        p = base / p
-    try:
-        exists = p.is_file()
-    except OSError:
-        exists = False
-    if not exists:
-        return CaptionProblem(line_no, f"image not found: {image.strip()}")
-    return CaptionLine(line_no, str(p.resolve()), caption.strip())
-
-
-def _parse_jsonl(lines: Iterable[limits.TextLine], base: Path, out: CaptionFile) -> None:
-    for line in lines:
-        i, text = line.line_no, line.text
-        if line.problem is not None:
-            out.problems.append(CaptionProblem(i, line.problem))
-            continue
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except ValueError as exc:
-            out.problems.append(CaptionProblem(i, f"not valid JSON ({exc.msg})"))
-            continue
-        if not isinstance(obj, dict):
-            out.problems.append(CaptionProblem(i, "expected a JSON object with 'image' and 'caption'"))
-            continue
-        missing = [k for k in ("image", "caption") if k not in obj]
-        if missing:
-            out.problems.append(CaptionProblem(i, f"missing field {', '.join(repr(m) for m in missing)}"))
-            continue
-        r = _check(i, obj["image"], obj["caption"], base)
-        (out.items if isinstance(r, CaptionLine) else out.problems).append(r)
-
-
-def _csv_text_lines(lines: Iterable[limits.TextLine], out: CaptionFile) -> Iterator[str]:
-    """The lines' text for csv.reader; a line that cannot be read is reported (it stands in as
-    an empty line, so csv.reader's line numbers stay the file's)."""
-    for line in lines:
-        if line.problem is not None:
-            out.problems.append(CaptionProblem(line.line_no, line.problem))
-        yield line.text
-
-
-def _parse_csv(lines: Iterable[limits.TextLine], base: Path, out: CaptionFile, delimiter: str) -> None:
-    reader = csv.reader(_csv_text_lines(lines, out), delimiter=delimiter)
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise ReviewError(f"{out.path} is empty") from None
-    except csv.Error as exc:
-        raise ReviewError(f"{out.path} line 1: {exc}") from None
-    names = [h.strip().lower() for h in header]
-    missing = [c for c in ("image", "caption") if c not in names]
-    if missing:
-        raise ReviewError(
-            f"{out.path} line 1: the header has no {' or '.join(repr(m) for m in missing)} column "
-            f"(found: {', '.join(repr(h) for h in header) or 'nothing'})"
-        )
-    ci, cc = names.index("image"), names.index("caption")
-    while True:
-        line_no = reader.line_num + 1
-        try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            out.problems.append(CaptionProblem(line_no, f"malformed CSV ({exc})"))
-            continue
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) <= max(ci, cc):
-            out.problems.append(CaptionProblem(line_no, f"expected {len(header)} columns, found {len(row)}"))
-            continue
-        r = _check(line_no, row[ci], row[cc], base)
-        (out.items if isinstance(r, CaptionLine) else out.problems).append(r)
-
-
 def load_caption_file(path: Path | str) -> CaptionFile:
-    """Parse a JSONL or CSV caption file; bad lines become `problems`, never exceptions.
+    """Parse a JSONL or CSV caption file (engine.text.captions: its accepted keys and
+    messages); bad lines become `problems`, never exceptions.
 
     Raises ReviewError only when the file as a whole is unusable (missing, unreadable,
     unknown type, CSV without the needed columns).
@@ -232,13 +100,20 @@ def load_caption_file(path: Path | str) -> CaptionFile:
     suffix = path.suffix.lower()
     if suffix not in JSONL_SUFFIXES | CSV_SUFFIXES:
         raise ReviewError(f"{path.name}: caption files must be .jsonl or .csv (image, caption)")
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ReviewError(open_error_message(path, exc)) from None
+    if size > MAX_CAPTION_FILE_BYTES:
+        raise ReviewError(f"{path} is too large for a caption file ({size / 1e6:.0f} MB)")
     digest = hashlib.sha256()
     out = CaptionFile(path=path, file_hash="")
-    lines = _open_lines(path, digest.update, split_cr=suffix in CSV_SUFFIXES)
-    if suffix in JSONL_SUFFIXES:
-        _parse_jsonl(lines, path.parent, out)
-    else:
-        _parse_csv(lines, path.parent, out, "\t" if suffix == ".tsv" else ",")
+    fmt = "jsonl" if suffix in JSONL_SUFFIXES else suffix.lstrip(".")
+    for row in read_captions(path, fmt, error=ReviewError, on_bytes=digest.update):
+        if isinstance(row, RowProblem):
+            out.problems.append(row)
+        else:
+            out.items.append(CaptionLine(row.line_no, str(row.image.resolve()), row.caption or ""))
     out.problems.sort(key=lambda p: p.line_no)
     out.file_hash = digest.hexdigest()
     return out

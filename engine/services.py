@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from engine.catalog import Catalog
@@ -10,8 +9,7 @@ from engine.config import Paths
 from engine.errors import ModelError
 from engine.index.store import IndexStore
 from engine.models.base import Embedder
-
-SETTINGS_FILE = "settings.json"
+from engine.settings import Settings
 
 
 class Services:
@@ -35,34 +33,25 @@ class Services:
         self.close()
 
     # -- settings -----------------------------------------------------------
-    def _settings_file_values(self) -> dict:
-        try:
-            values = json.loads((self.paths.config / SETTINGS_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}  # missing or damaged (not JSON): it must not stop the app; defaults apply
-        return values if isinstance(values, dict) else {}
+    def settings(self) -> Settings:
+        """The settings in effect (engine.settings: the file over the defaults), read now. A
+        bad value is a ConfigError naming the file and the key, never replaced by a default."""
+        from engine.settings import load_settings
 
-    def settings(self) -> dict:
-        """The settings file's values. A number out of range is a ConfigError naming the file and
-        the key (engine/options.py), never replaced silently by a default."""
-        from engine.options import validate_settings
+        return load_settings(self.paths.config)
 
-        return validate_settings(self._settings_file_values(), self.paths.config / SETTINGS_FILE)
+    def save_settings(self, values: dict) -> Settings:
+        from engine.settings import save_settings
 
-    def save_settings(self, values: dict) -> None:
-        from engine.fileutil import atomic_write_text
-        from engine.options import validate_settings
-
-        p = self.paths.config / SETTINGS_FILE
-        merged = validate_settings({**self._settings_file_values(), **values}, p)  # before writing
-        atomic_write_text(p, json.dumps(merged, indent=2))
+        return save_settings(self.paths.config, values)
 
     # -- models -------------------------------------------------------------
-    def default_model_name(self, explicit: str | None = None) -> str:
-        """--model, else the settings' default, else the only model the catalog or disk knows."""
+    def default_model_name(self, explicit: str | None = None, settings: Settings | None = None) -> str:
+        """--model, else the settings' default (`settings`: already read ones), else the only
+        model the catalog or disk knows."""
         if explicit:
             return explicit
-        configured = self.settings().get("default_model")
+        configured = (settings if settings is not None else self.settings()).default_model
         if configured:
             return configured
         from engine.models.registry import identity_name

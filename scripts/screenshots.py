@@ -65,10 +65,11 @@ def run(out: Path, home: Path) -> int:
     from PySide6.QtWidgets import QApplication
 
     from desktop_app import theme
-    from desktop_app.app import ensure_app
+    from desktop_app.background import WorkerHub
+    from desktop_app.facade import Backend, resolve_paths
     from desktop_app.main_window import MainWindow
+    from desktop_app.qapp import ensure_app
     from desktop_app.views.results_model import ThumbnailStateRole
-    from desktop_app.workers import Backend, WorkerHub, resolve_paths
     from engine.sample_collection import SCENEWORLD_DEMO_SEED, demo_setup
 
     out.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,10 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app import theme
+from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
+from desktop_app.facade import Backend, ModelInfo
 from desktop_app.widgets.progress_panel import format_eta
-from desktop_app.workers import Backend, Job, ModelInfo, WorkerHub
 
 COLUMNS = ("Model", "Status", "Size", "Description")
 

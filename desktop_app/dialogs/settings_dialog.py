@@ -20,8 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.background import WorkerHub
 from desktop_app.dialogs import messages
-from desktop_app.workers import DEVICES, Backend, LonglensError, ModelInfo, WorkerHub
+from desktop_app.facade import DEVICES, Backend, LonglensError, ModelInfo
 
 THEME_LABELS = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
 DEVICE_LABELS = {"auto": "Automatic (best available)", "cuda": "CUDA (NVIDIA GPU)", "mps": "MPS (Apple GPU)",

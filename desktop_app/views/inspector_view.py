@@ -34,10 +34,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
+from desktop_app.facade import Backend, LonglensError, display_text
 from desktop_app.widgets import overlay
 from desktop_app.widgets.image_canvas import ImageCanvas
-from desktop_app.workers import Backend, Job, LonglensError, WorkerHub, display_text
 
 SupportRole = Qt.ItemDataRole.UserRole + 1
 ColourRole = Qt.ItemDataRole.UserRole + 2

@@ -17,8 +17,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
-from desktop_app.workers import Backend, Job, LibraryInfo, WorkerHub, display_text
+from desktop_app.facade import Backend, LibraryInfo, display_text
 
 LibraryIdRole = Qt.ItemDataRole.UserRole + 1
 RootRole = Qt.ItemDataRole.UserRole + 2

@@ -14,7 +14,8 @@ from typing import Any
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QImage, QPixmap
 
-from desktop_app.workers import ThumbnailLoader, display_text
+from desktop_app.facade import display_text
+from desktop_app.thumbnails import ThumbnailLoader
 
 HitRole = Qt.ItemDataRole.UserRole + 1
 ScoreRole = Qt.ItemDataRole.UserRole + 2

@@ -32,10 +32,11 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app import theme
+from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
+from desktop_app.facade import Backend
 from desktop_app.widgets import overlay
 from desktop_app.widgets.image_canvas import ImageCanvas
-from desktop_app.workers import Backend, Job, WorkerHub
 
 CAPTION_FILTER = "Caption files (*.jsonl *.ndjson *.json *.csv *.tsv);;All files (*)"
 VERDICT_LABELS = {"faithful": "Faithful", "unfaithful": "Unfaithful", "unsure": "Unsure"}
@@ -362,7 +363,7 @@ class ReviewView(QWidget):
                       on_error=lambda m, s=seq: seq == self._seq and self.canvas.set_message(
                           f"This picture cannot be shown: {m}"))
         self.grounding_note.setText("")
-        self.hub.call(self.backend.ground, item.image_path, item.caption,
+        self.hub.call(self.backend.ground, item.image_path, item.caption, list(item.sentences),
                       on_result=lambda g, s=seq: self._grounded(g, s),
                       on_error=lambda m, s=seq: seq == self._seq and self.grounding_note.setText(
                           f"Grounding failed: {m}"))

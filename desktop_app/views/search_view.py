@@ -30,11 +30,13 @@ from PySide6.QtWidgets import (
 )
 
 from desktop_app import theme
+from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
+from desktop_app.facade import THUMBNAIL_PX, Backend, display_text
+from desktop_app.thumbnails import ThumbnailLoader
 from desktop_app.views.results_model import HitRole, ResultsModel
 from desktop_app.widgets.paragraph_edit import ParagraphEdit
 from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
-from desktop_app.workers import THUMBNAIL_PX, Backend, Job, ThumbnailLoader, WorkerHub, display_text
 
 ALL_FOLDERS = "All folders"
 
@@ -116,6 +118,7 @@ class SearchView(QWidget):
         self._seq = 0  # newest search request; older answers are dropped
         self._budget_seq = 0
         self._budget_job: Job | None = None
+        self._budget_done: Job | None = None  # the last budget job whose finished was handled
         self._budget_dirty = False
         self.query: dict[str, str | None] = {"text": None, "image": None}
         self.last_result: Any = None
@@ -321,7 +324,9 @@ class SearchView(QWidget):
         self._budget_timer.start()
 
     def _update_budget(self) -> None:
-        if self._budget_job is not None and self._budget_job.running:
+        # Busy until its finished signal is handled here: Job.running turns False only after the
+        # signal is sent, so a request in between would be marked dirty and never re-run.
+        if self._budget_job is not None and self._budget_job is not self._budget_done:
             self._budget_dirty = True
             return
         self._budget_dirty = False
@@ -332,10 +337,12 @@ class SearchView(QWidget):
             self.backend.token_budget, text, self.backend.settings().get("max_tokens"),
             on_result=lambda b, s=seq, t=text: self._show_budget(b, s, t),
             on_error=lambda _m: self.token_label.setText("– tokens (no model)"),
-            on_finished=self._budget_finished,
+            on_finished=lambda: self._budget_finished(job),
         )
+        job = self._budget_job
 
-    def _budget_finished(self) -> None:
+    def _budget_finished(self, job: Job | None = None) -> None:
+        self._budget_done = job if job is not None else self._budget_job
         if self._budget_dirty:
             self._update_budget()
 

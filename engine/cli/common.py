@@ -147,3 +147,10 @@ def launch_gui(argv: Sequence[str] = ()) -> int:
     finally:
         sys.argv = saved
     return 0
+
+
+def with_settings(args: argparse.Namespace) -> argparse.Namespace:
+    """Options not given on the command line come from the settings file (the GUI's too)."""
+    from engine.settings import fill_args, load_settings
+
+    return fill_args(args, load_settings(paths(args).config))

@@ -43,13 +43,14 @@ def summary_text(s: dict) -> str:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    args = common.with_settings(args)
     if args.cluster or args.out:
         from engine.cli.cluster import cmd_cluster_index
 
         return cmd_cluster_index(args)
     with common.services(args) as svc:
-        embedder = svc.embedder(args.model, device=args.device)
-        indexer = svc.indexer(embedder, batch_size=args.batch_size)
+        embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
+        indexer = svc.indexer(embedder, batch_size=args.batch_size, decode_workers=args.decode_workers)
         summaries = []
         for folder in args.paths:
             last = common.run_job(lambda tok, f=folder: indexer.run(f, cancel=tok), quiet=args.json or args.quiet)
@@ -119,8 +120,8 @@ def register(sub: Any) -> None:
     si = sub.add_parser("index", help="index (or re-index) photo folders incrementally")
     si.add_argument("paths", nargs="+")
     si.add_argument("--model")
-    si.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    si.add_argument("--batch-size", type=options.BATCH_SIZE, default=32)
+    si.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: the settings' device, auto)")
+    si.add_argument("--batch-size", type=options.BATCH_SIZE, help="images per batch (default: the settings', 16)")
     si.add_argument("--json", action="store_true", help="print a JSON summary")
     si.add_argument("--quiet", action="store_true", help="no progress bar")
     si.add_argument("--cluster", metavar="ADDRESS", help="embed on Ray ('local', 'local:N' or a Ray address) "

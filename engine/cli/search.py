@@ -9,24 +9,12 @@ from typing import Any
 
 from engine import options
 from engine.cli import common
-from engine.errors import LonglensError
 
 
 def _filter(args: argparse.Namespace):
-    from engine.catalog import ImageFilter
+    from engine.search.filters import build_filters
 
-    def iso(d: str | None, name: str) -> str | None:
-        if d is None:
-            return None
-        import datetime as dt
-
-        try:
-            return dt.date.fromisoformat(d).isoformat()
-        except ValueError:
-            raise LonglensError(f"--{name} expects a date like 2024-05-31, got {d!r}") from None
-
-    return ImageFilter(folder=args.folder, after=iso(args.after, "after"), before=iso(args.before, "before"),
-                       camera=args.camera)
+    return build_filters(args.folder, args.after, args.before, args.camera)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -35,6 +23,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.image is None and args.query is None:
         raise QueryError("give a paragraph to search for, or --image PATH")
     flt = _filter(args)  # cheap checks first: a typo in a date should not wait for a model to load
+    args = common.with_settings(args)
     with common.services(args) as svc:
         embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
         searcher = svc.searcher(embedder)
@@ -70,7 +59,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 SEARCH_FLAGS = {"model": "--model", "top_k": "--top", "max_tokens": "--max-tokens", "rerank_k": "--rerank-k",
-                "text_tower": "--text-tower"}
+                "text_tower": "--text-tower", "after": "--after", "before": "--before", "camera": "--camera",
+                "folder": "--folder"}
 
 
 def register(sub: Any) -> None:
@@ -84,9 +74,10 @@ def register(sub: Any) -> None:
     ss.add_argument("--before", help="only images taken before this date (YYYY-MM-DD)")
     ss.add_argument("--camera", help="only images whose camera make/model contains this text")
     ss.add_argument("--model")
-    ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder")
-    ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET, help="token budget for the query (default: the model's)")
-    ss.add_argument("--device", default="auto")
+    ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder (default: the settings')")
+    ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET,
+                    help="token budget for the query (default: the settings', else the model's)")
+    ss.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: the settings' device, auto)")
     ss.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=False,
                     help="re-score the top --rerank-k candidates with the model's matching head (BLIP: ITM; "
                          "sceneworld-mini: its matching head) and order by it (default: off, ANN order; "

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from engine.text.sentences import sentence_texts
+
 T = TypeVar("T")
 
 
@@ -54,7 +56,6 @@ _ANNOTATION = re.compile(
 )
 _LABEL_PREFIX = re.compile(r"^(?:caption|negative|hard negative|description)\s*:\s*", re.IGNORECASE)
 _QUOTES = "\"'“”‘’«»"
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 _CHATTER_START = re.compile(
     r"^\s*(?:sure|certainly|of course|okay|ok|absolutely|here(?:'s| is| are)|below (?:is|are))\b", re.IGNORECASE
 )
@@ -167,7 +168,8 @@ def parse_list(text: str, count: int) -> Parsed[list[str]]:
 
 
 def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    """The sentences of a paragraph as text: engine.text.sentences (the one splitter), uncut."""
+    return sentence_texts(text)
 
 
 def parse_paragraph(text: str, min_sentences: int = 3, max_sentences: int = 6) -> Parsed[str]:

@@ -86,13 +86,13 @@ class BaseGrounder:
 
     # -- shared ----------------------------------------------------------------------------
     def analyse(self, image: Image.Image | None, text: str, *, feats: Any = None,
-                chunking: Chunking | None = None) -> Analysis:
+                chunking: Chunking | None = None, sentences: list[tuple[int, int]] | None = None) -> Analysis:
         if feats is None:
             if image is None:
                 raise ValueError("give an image or its features")
             feats = self.image_features(image)
         if chunking is None:
-            chunking = chunk(text)
+            chunking = chunk(text, sentences=sentences)
         if len(chunking.phrases) > MAX_PHRASES:
             chunking = _truncated(chunking, MAX_PHRASES)
         return self._analyse(feats, text, chunking)
@@ -120,10 +120,15 @@ class BaseGrounder:
     def calibrated(self) -> bool:
         return self.calibration is not None
 
-    def ground(self, image: Image.Image, text: str, image_path: str = "") -> Grounding:
-        """Phrases of `text`, each with a region map and a support; supports per sentence."""
+    def ground(self, image: Image.Image, text: str, image_path: str = "",
+               sentences: list[tuple[int, int]] | None = None) -> Grounding:
+        """Phrases of `text`, each with a region map and a support; supports per sentence.
+
+        `sentences`: the caller's sentence spans (review passes the ones its rows show), so
+        sentence_supports[i] is the support of the caller's sentence i.
+        """
         t0 = time.perf_counter()
-        a = self.analyse(image, text)
+        a = self.analyse(image, text, sentences=sentences)
         phrase_sup, sent_sup = self.supports(a)
         maps = [
             PhraseMap(p, sup, a.maps[i], score=float(a.phrase_x[i][0]) if a.phrase_x[i] else float("nan"),

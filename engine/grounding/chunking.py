@@ -31,13 +31,12 @@ import re
 from dataclasses import dataclass
 
 from engine.grounding.api import Phrase
+from engine.text.sentences import ABBREVIATIONS as _ABBREVIATIONS
+from engine.text.sentences import MAX_SENTENCE_CHARS, split_sentences
 
 __all__ = ["Chunking", "chunk", "split_sentences", "MAX_SENTENCE_CHARS"]
 
-# A sentence longer than this is cut (at the last ',', ';', ':' or space before the limit):
-# BLIP reads 512 tokens at most and a run-on "sentence" of thousands of characters would
-# otherwise make one unreadable claim.
-MAX_SENTENCE_CHARS = 400
+# Sentences come from engine.text.sentences (the one splitter; re-exported here).
 
 # --------------------------------------------------------------------------- word lists
 
@@ -195,13 +194,6 @@ _TOKEN_RE = re.compile(
     r"(?:[^\W\d_]\.){2,}|\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s)?|[^\W_]+(?:['’\-][^\W_]+)*|\S",
     re.UNICODE,
 )
-_SENT_END = frozenset(".!?…。！？")
-_CLOSERS = frozenset("\"'”’)]}»")
-_ABBREVIATIONS = frozenset(
-    "mr mrs ms dr st prof sr jr vs etc e.g i.e approx fig mt ft inc ltd jan feb mar apr jun jul "
-    "aug sep sept oct nov dec ca cf al".split()
-)
-_BULLET_RE = re.compile(r"\s*(?:[-*•·–]|\d{1,3}[.)])\s+")
 
 
 @dataclass(frozen=True)
@@ -229,99 +221,6 @@ def _tokens(text: str, start: int, end: int) -> list[_Tok]:
             continue
         out.append(_Tok(m.start(), m.end(), s, low, s[0].isalnum()))
     return out
-
-
-# --------------------------------------------------------------------------- sentences
-
-
-def _trim(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
-
-
-def _cut_long(text: str, start: int, end: int, limit: int) -> list[tuple[int, int]]:
-    out = []
-    while end - start > limit:
-        window = text[start : start + limit]
-        cut = max(window.rfind(c) for c in ",;:")
-        if cut < limit // 3:
-            cut = window.rfind(" ")
-        if cut < limit // 3:
-            cut = limit - 1  # no break anywhere: a hard cut keeps the output bounded
-        s, e = _trim(text, start, start + cut + 1)
-        if e > s:
-            out.append((s, e))
-        start, _ = _trim(text, start + cut + 1, end)
-    if end > start:
-        out.append((start, end))
-    return out
-
-
-def split_sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[tuple[int, int]]:
-    """(start, end) spans of the sentences of `text`, whitespace trimmed, end punctuation kept.
-
-    A sentence ends at . ! ? … (and CJK 。！？) followed by space or the end, unless the word
-    before the full stop is a known abbreviation or a single letter ("e.g.", "Dr.", "J.");
-    a blank line or a new list item ("- ", "2) ") always starts a new sentence.
-    """
-    spans: list[tuple[int, int]] = []
-    n = len(text)
-    start = 0
-    i = 0
-
-    def close(end: int) -> None:
-        s, e = _trim(text, start, end)
-        if e > s and any(ch.isalnum() for ch in text[s:e]):
-            spans.extend(_cut_long(text, s, e, max_chars))
-
-    while i < n:
-        ch = text[i]
-        if ch in _SENT_END:
-            j = i + 1
-            while j < n and (text[j] in _SENT_END or text[j] in _CLOSERS):
-                j += 1
-            if j >= n or text[j].isspace() or ch in "。！？":
-                if ch == "." and j == i + 1 and (_is_abbreviation(text, i) or _lower_follows(text, j)):
-                    # "Dr. Smith", "e.g. a latte", "the U.S. flag": not an end.
-                    i = j
-                    continue
-                close(j)
-                start = i = j
-                continue
-            i = j
-            continue
-        if ch == "\n":
-            j = i + 1
-            while j < n and text[j] in " \t\r":
-                j += 1
-            if j < n and (text[j] == "\n" or _BULLET_RE.match(text, j)):
-                close(i)
-                start = i = j
-                continue
-        i += 1
-    close(n)
-    return spans
-
-
-def _lower_follows(text: str, j: int) -> bool:
-    while j < len(text) and text[j] in " \t":
-        j += 1
-    return j < len(text) and text[j].islower()
-
-
-def _is_abbreviation(text: str, dot: int) -> bool:
-    k = dot
-    while k > 0 and (text[k - 1].isalpha() or text[k - 1] == "."):
-        k -= 1
-    word = text[k:dot].lower()
-    if not word:
-        return False
-    if (len(word) == 1 and word.isalpha()) or "." in word:
-        return True  # an initial or initialism: "J. Smith", "U.S."
-    return word in _ABBREVIATIONS
 
 
 # --------------------------------------------------------------------------- noun phrases
@@ -625,11 +524,22 @@ def _chunk_sentence(text: str, toks: list[_Tok]) -> list[Phrase]:
     return phrases
 
 
-def chunk(text: str, max_sentence_chars: int = MAX_SENTENCE_CHARS) -> Chunking:
-    """Sentences and phrases of `text` (spans into `text` as given). Deterministic."""
+def chunk(text: str, max_sentence_chars: int = MAX_SENTENCE_CHARS,
+          sentences: list[tuple[int, int]] | None = None) -> Chunking:
+    """Sentences and phrases of `text` (spans into `text` as given). Deterministic.
+
+    `sentences`: the caller's sentence spans (e.g. the ones review stores verdicts by), used
+    as given so that sentence i of the result is the caller's sentence i; by default the text
+    is split with engine.text.sentences.
+    """
     if not isinstance(text, str):
         raise TypeError("text must be a str")
-    sentences = split_sentences(text, max_sentence_chars)
+    if sentences is None:
+        sentences = split_sentences(text, max_sentence_chars)
+    else:
+        sentences = [(int(s), int(e)) for s, e in sentences]
+        if any(not 0 <= s <= e <= len(text) for s, e in sentences):
+            raise ValueError("sentence spans must lie within the text")
     phrases: list[Phrase] = []
     owner: list[int] = []
     for si, (s, e) in enumerate(sentences):

@@ -240,19 +240,11 @@ def check_line(
 def _lines(path: Path) -> Iterator[tuple[int, str | None, str]]:
     """(line number, text, "") per line, or (line number, None, reason) for a line that is not
     UTF-8 — decoded line by line, so one bad byte costs only its own line."""
-    from engine.fileutil import NotARegularFileError
+    from engine.text.captions import text_lines
 
-    try:
-        # Bounded reads (engine.limits) through the safe open: an over-long line is reported, never
-        # held whole; a path that is a FIFO or device never blocks.
-        for line in limits.iter_text_lines(path):
-            yield line.line_no, (None if line.problem else line.text), line.problem or ""
-    except FileNotFoundError:
-        raise TrainingDataError(f"training data file {path} does not exist") from None
-    except NotARegularFileError as exc:
-        raise TrainingDataError(f"training data {exc}") from None
-    except OSError as exc:
-        raise TrainingDataError(f"cannot read training data {path}: {exc.strerror or exc}") from exc
+    # Bounded reads (engine.limits) through the safe open, with the shared open-error wording.
+    for line in text_lines(path, label="training data", error=TrainingDataError):
+        yield line.line_no, (None if line.problem else line.text), line.problem or ""
 
 
 def read_training_jsonl(

@@ -188,7 +188,7 @@ def test_input_errors_are_clear(tmp_path, photos, capsys):
     rc, _, err = run_cli(capsys, "datagen", "--images", str(photos), "--list", "x.txt", "--out", out)
     assert rc == 2 and "exactly one of --images DIR, --list FILE or --sceneworld (got --images, --list)" in err
     lst = tmp_path / "l.csv"
-    lst.write_text("path,caption\nx.jpg,hello\n")
+    lst.write_text("picture,caption\nx.jpg,hello\n")
     rc, _, err = run_cli(capsys, "datagen", "--list", str(lst), "--endpoint", "http://127.0.0.1:9", "--generator",
                          "g", "--scorer", "s", "--out", out)
     assert rc == 2 and f"{lst}:1: the header has no 'image' column" in err

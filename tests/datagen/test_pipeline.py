@@ -275,7 +275,7 @@ def test_list_file_problems_are_named_by_line(tmp_path, photos):
         read_image_list(lst)
     msg = str(info.value)
     assert f"{lst}:2: line: not valid JSON" in msg
-    assert f"{lst}:3: image: file not found" in msg and f"{lst}:4: caption: must be text" in msg
+    assert f"{lst}:3: image: image not found" in msg and f"{lst}:4: caption: the caption is not text" in msg
     txt = tmp_path / "paths.txt"
     txt.write_text(f"# my photos\n{img}\n\n{img.relative_to(tmp_path)}\n")
     items = read_image_list(txt)

@@ -17,7 +17,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QThreadPool  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from desktop_app import workers  # noqa: E402
+from desktop_app import background, facade  # noqa: E402
 
 TINY_MODEL = "tiny"
 
@@ -46,7 +46,7 @@ def no_threads_left(qapp: QApplication):
     deadline = time.monotonic() + 0.5  # a thread that is returning right now is not "left running"
     while True:
         qapp.processEvents()
-        pools = workers.active_thread_count() + QThreadPool.globalInstance().activeThreadCount()
+        pools = background.active_thread_count() + QThreadPool.globalInstance().activeThreadCount()
         extra = [t for i, t in _python_threads().items() if i not in before and t.is_alive()]
         if pools == 0 and not extra:
             return
@@ -59,7 +59,7 @@ def no_threads_left(qapp: QApplication):
 
 @pytest.fixture
 def paths(longlens_home: Path):
-    return workers.resolve_paths()
+    return facade.resolve_paths()
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def installed_tiny(paths, blip_tiny_checkpoint) -> str:
 
 @pytest.fixture
 def backend(paths, installed_tiny):
-    b = workers.Backend(paths)
+    b = facade.Backend(paths)
     yield b
     b.close()
 
@@ -80,7 +80,7 @@ def backend(paths, installed_tiny):
 @pytest.fixture
 def hub(qapp):
     """The test's WorkerHub. Work still running at teardown fails the test (after stopping it)."""
-    h = workers.WorkerHub()
+    h = background.WorkerHub()
     yield h
     qapp.processEvents()
     running = [j.name for j in h.jobs() if j.running]

@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from engine.grounding.api import Grounding, Phrase, PhraseMap
-from engine.review import split_sentences
+from engine.text.sentences import split_sentences
 
 _CHUNK = re.compile(r"[^,;.!?]+")
 
@@ -42,7 +42,7 @@ class FakeGrounder:
         self.grid = grid
         self.calls = 0
 
-    def ground(self, image, text: str) -> Grounding:
+    def ground(self, image, text: str, sentences: list[tuple[int, int]] | None = None) -> Grounding:
         self.calls += 1
         phrases = fake_phrases(text)
         g = self.grid
@@ -54,7 +54,7 @@ class FakeGrounder:
             heat = np.exp(-(((xs - cx) ** 2 + (ys - cy) ** 2) / (2 * (g / 6) ** 2))).astype(np.float32)
             support = 0.15 + 0.8 * ((i * 37 + 11) % 10) / 9
             maps.append(PhraseMap(p, float(min(support, 1.0)), heat))
-        sentences = split_sentences(text)
+        sentences = split_sentences(text) if sentences is None else list(sentences)
         sup = []
         for s, e in sentences:
             inside = [m.support for m in maps if s <= m.phrase.start < e]

@@ -15,10 +15,10 @@ from tests.desktop_app.conftest import settle
 DESKTOP_APP = Path(__file__).resolve().parents[2] / "desktop_app"
 
 
-def test_views_reach_the_engine_only_through_workers():
+def test_views_reach_the_engine_only_through_the_facade():
     offenders = []
     for py in DESKTOP_APP.rglob("*.py"):
-        if py.name == "workers.py":
+        if py.name in ("facade.py", "background.py"):
             continue
         text = py.read_text(encoding="utf-8")
         if re.search(r"^\s*(from|import)\s+engine\b", text, re.MULTILINE):
@@ -99,7 +99,7 @@ def test_demo_opens_the_gui_when_a_display_is_there(monkeypatch, paths, blip_tin
 
 def test_first_run_offers_the_demo_collection(qtbot, paths, hub, blip_tiny_checkpoint, photos, monkeypatch):
     """No model, no library: the window says so and the demo button sets everything up."""
-    from desktop_app.workers import Backend
+    from desktop_app.facade import Backend
     from engine.models.download import import_model
     from engine.sample_collection import DEMO_MODEL
 

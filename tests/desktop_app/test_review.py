@@ -141,7 +141,7 @@ def test_review_resumes_where_the_annotator_stopped(qtbot, window, review, photo
 
 
 @pytest.mark.parametrize("content,name,expected", [
-    ("image,text\na.jpg,hello\n", "bad.csv", "no 'caption' column"),
+    ("image,notes\na.jpg,hello\n", "bad.csv", "no 'caption' column"),
     ("", "empty.jsonl", "no usable items"),
     ("hello", "notes.txt", "must be .jsonl or .csv"),
 ])
@@ -188,3 +188,39 @@ def test_f_toggles_full_screen(qtbot, window, review, photos, tmp_path):
     qtbot.waitUntil(lambda: window.isFullScreen())
     qtbot.keyClick(review, Qt.Key.Key_F)
     qtbot.waitUntil(lambda: not window.isFullScreen())
+
+
+ABBREVIATED = "Dr. Smith walks a red dog. The dog, e.g. a terrier, sits near a bench."
+
+
+class _ChunkerSentenceGrounder(FakeGrounder):
+    """Sentence supports per sentence of the real chunker's split (what the real grounders
+    report when left to split the text themselves): 0.1 for the first, 0.9 for the second."""
+
+    def ground(self, image, text, sentences=None):
+        from engine.grounding.chunking import chunk
+
+        g = super().ground(image, text, sentences)
+        g.sentences = chunk(text).sentences
+        g.sentence_supports = [0.1 + 0.8 * i for i in range(len(g.sentences))]
+        return g
+
+
+def test_sentence_rows_get_the_support_of_their_own_sentence(qtbot, window, review, photos, tmp_path):
+    from desktop_app.widgets import overlay
+
+    window.backend.grounder_factory = lambda embedder: _ChunkerSentenceGrounder()
+    img = sorted(photos.rglob("*.jpg"))[0]
+    cap = tmp_path / "abbrev.jsonl"
+    cap.write_text(json.dumps({"image": str(img), "caption": ABBREVIATED}) + "\n", encoding="utf-8")
+    settle(qtbot, review.open_file(str(cap)))
+    _wait_item(qtbot, review, 0)
+    qtbot.waitUntil(lambda: review.grounding is not None, timeout=10000)
+    # One row for the whole item, then one per sentence: two sentences, as the grounder has them.
+    assert [r.sentence_index for r in review.rows] == [None, 0, 1]
+    assert [review.item.sentence_text(i) for i in range(2)] == [
+        "Dr. Smith walks a red dog.", "The dog, e.g. a terrier, sits near a bench."]
+    for row, support in zip(review.rows[1:], (0.1, 0.9), strict=True):
+        c = overlay.support_tint(support, 60)
+        assert f"rgba({c.red()},{c.green()},{c.blue()},{c.alpha()})" in row.styleSheet()
+    _drain(qtbot, review)

@@ -10,10 +10,10 @@ from PySide6.QtCore import QMimeData, Qt, QUrl
 from PySide6.QtWidgets import QListView, QMessageBox
 
 from desktop_app.dialogs import messages
+from desktop_app.thumbnails import ThumbnailLoader
 from desktop_app.views.results_model import ResultsModel, ScoreRole, ThumbnailStateRole
 from desktop_app.views.search_view import QuickLook
 from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
-from desktop_app.workers import ThumbnailLoader
 from tests.desktop_app.conftest import index_folder, settle
 
 LONG = ("A red ball lies on the grass to the left of a small wooden bench, and behind it a tall "

@@ -10,7 +10,7 @@ from desktop_app import theme
 from desktop_app.dialogs import messages
 from desktop_app.dialogs.models_dialog import ModelsDialog
 from desktop_app.dialogs.settings_dialog import SettingsDialog
-from desktop_app.workers import Backend
+from desktop_app.facade import Backend
 from tests.desktop_app.conftest import settle
 
 

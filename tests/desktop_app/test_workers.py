@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from desktop_app.workers import user_message
+from desktop_app.background import user_message
 from engine.errors import QueryError
 from engine.jobs import Progress
 from tests.desktop_app.conftest import settle

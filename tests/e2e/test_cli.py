@@ -79,7 +79,7 @@ def test_unknown_model_and_missing_model_errors(tmp_path, monkeypatch, cli):
 
 def test_bad_date_filter_is_explained(home, cli):
     rc, _, err = cli("search", "a dog", "--after", "yesterday")
-    assert rc == 2 and "--after expects a date" in err
+    assert rc == 2 and "the 'after' date must be a date like 2024-05-31" in err
 
 
 def test_demo_without_sceneworld_model_says_untrained(tmp_path, monkeypatch, capsys):

@@ -121,7 +121,7 @@ def test_check_csv(cli, scene_files, tmp_path):
 def test_check_missing_file(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("LONGLENS_HOME", str(tmp_path / "home"))
     rc, _, err = cli("check", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "r.jsonl"), *MODEL)
-    assert rc == 2 and "not found" in err
+    assert rc == 2 and f"{tmp_path / 'none.jsonl'} does not exist" in err
 
 
 def test_search_reranks_with_the_mini_matching_head(cli, scene_files):

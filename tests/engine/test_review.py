@@ -59,11 +59,11 @@ def test_jsonl_problems_have_line_numbers(tmp_path, images):
         (1, "img 0.png", "A dark picture."), (9, "img 2.png", "Fine.")]
     assert [str(p) for p in cf.problems] == [
         "line 2: not valid JSON (Expecting property name enclosed in double quotes)",
-        "line 3: expected a JSON object with 'image' and 'caption'",
-        "line 4: missing field 'caption'",
+        "line 3: expected a JSON object with an image path and a caption",
+        "line 4: no caption (expected one of: caption, text, paragraph, description, original_caption)",
         "line 5: image not found: nope.png",
         "line 6: empty caption",
-        "line 8: the caption is not text",
+        "line 8: the caption is not text (got int)",
     ]
 
 
@@ -79,8 +79,8 @@ def test_csv_and_its_errors(tmp_path, images):
     assert [(i.line_no, i.caption) for i in cf.items] == [(2, "A picture.\nWith two lines."), (5, "Third.")]
     assert [str(p) for p in cf.problems] == ["line 4: expected 3 columns, found 2"]
     bad = tmp_path / "bad.csv"
-    bad.write_text("image,text\na.png,hi\n", encoding="utf-8")
-    with pytest.raises(ReviewError, match="line 1: the header has no 'caption' column"):
+    bad.write_text("image,notes\na.png,hi\n", encoding="utf-8")
+    with pytest.raises(ReviewError, match="bad.csv:1: the header has no 'caption' column"):
         review.load_caption_file(bad)
     with pytest.raises(ReviewError, match="must be .jsonl or .csv"):
         review.load_caption_file(tmp_path / "x.txt")

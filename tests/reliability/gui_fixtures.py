@@ -26,6 +26,6 @@ settle = gui.settle
 @pytest.fixture
 def paths(longlens_home):
     """The GUI suite's data folders (this package's conftest provides the CLI's)."""
-    from desktop_app import workers
+    from desktop_app import facade
 
-    return workers.resolve_paths()
+    return facade.resolve_paths()

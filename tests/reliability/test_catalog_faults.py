@@ -214,8 +214,8 @@ def test_ctrl_c_leaves_the_library_partly_indexed_with_its_pending_count(home, p
 def test_cancelled_engine_run_reports_pending_to_the_gui_facade(home, paths, photos):
     """The GUI's Cancel forwards a CancelToken to the same engine run; the facade reads the state."""
     pytest.importorskip("PySide6")
+    from desktop_app.facade import Backend
     from desktop_app.views.library_view import describe
-    from desktop_app.workers import Backend
     from engine.jobs import CancelToken
     from engine.services import Services
 

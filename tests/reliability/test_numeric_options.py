@@ -295,7 +295,7 @@ def test_saving_a_bad_setting_writes_nothing(home) -> None:
 
 def test_gui_settings_use_the_engine_ranges(home) -> None:
     pytest.importorskip("PySide6")
-    from desktop_app.workers import DEFAULT_SETTINGS, Backend
+    from desktop_app.facade import DEFAULT_SETTINGS, Backend
     from engine.config import get_paths
 
     options.validate_settings(DEFAULT_SETTINGS, "defaults")  # the GUI's defaults are valid values
@@ -315,8 +315,9 @@ def test_gui_settings_use_the_engine_ranges(home) -> None:
 
 def test_settings_dialog_spin_boxes_offer_exactly_the_engine_ranges(home, qtbot) -> None:
     pytest.importorskip("PySide6")
+    from desktop_app.background import WorkerHub
     from desktop_app.dialogs.settings_dialog import SettingsDialog
-    from desktop_app.workers import Backend, WorkerHub
+    from desktop_app.facade import Backend
     from engine.config import get_paths
 
     backend, hub = Backend(get_paths(home)), WorkerHub()

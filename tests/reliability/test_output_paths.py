@@ -151,7 +151,7 @@ def test_guard_compares_resolved_paths_and_links(tmp_path) -> None:
 
 def test_gui_exports_use_the_same_guard(home, library, outside, tmp_path) -> None:
     pytest.importorskip("PySide6")
-    from desktop_app.workers import Backend
+    from desktop_app.facade import Backend
     from engine.config import get_paths
 
     backend = Backend(get_paths(home))

@@ -1,0 +1,403 @@
+"""The engine facade: the one module of the views' world that imports engine.
+
+`Backend` forwards to engine objects (catalog, searcher, indexer, review, models, ...). It
+holds no logic of its own beyond choosing which engine function to call with which settings;
+views, widgets and dialogs never import `engine` (an import-linter contract in pyproject.toml
+checks it) — what they need (errors, constants, display helpers) is re-exported here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtGui import QImage
+
+from desktop_app.thumbnails import pil_to_qimage
+from engine.errors import LonglensError
+from engine.jobs import CancelToken, Progress
+from engine.settings import DEFAULTS as SETTINGS_DEFAULTS
+from engine.settings import DEVICES, Settings
+
+__all__ = ["DEVICES", "LonglensError", "Settings"]
+
+# --------------------------------------------------------------------------- the engine facade
+
+DEFAULT_SETTINGS = SETTINGS_DEFAULTS  # engine.settings: the CLI's defaults too
+THUMBNAIL_PX = 256
+
+
+@dataclass
+class LibraryInfo:
+    id: int
+    root: str
+    status: str  # "online" | "offline" | "partial" (the last run did not complete)
+    indexed: int
+    unreadable: int
+    deleted: int
+    scanned: bool  # a full scan has completed at least once (else: pending)
+    pending: int | None = None  # partial: files the interrupted run left to index (None: unknown)
+    state: str = ""  # the engine's words for the state, as `longlens libraries` prints them
+
+    @property
+    def partial(self) -> bool:
+        return self.status == "partial"
+
+    @property
+    def offline(self) -> bool:
+        return self.status == "offline"
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    backend: str
+    installed: bool
+    registered: bool
+    bundled: bool
+    description: str
+    size_bytes: int | None
+    problem: str | None
+    notice: str | None  # e.g. "random, untrained weights"
+    pullable: bool
+
+
+@dataclass
+class ModelState:
+    name: str | None
+    notice: str | None  # shown plainly next to the model name (untrained demo model)
+    problem: str | None  # why there is no usable model
+
+
+class Backend:
+    """Engine services for the GUI, safe to call from worker threads."""
+
+    def __init__(self, paths: Any = None, *, model: str | None = None) -> None:
+        from engine.config import get_paths
+        from engine.services import Services
+
+        self.paths = (paths or get_paths()).ensure()
+        self.services = Services(self.paths)
+        self._lock = threading.RLock()
+        # Its own lock: the GUI thread asks for settings while a worker holds _lock loading a model.
+        self._settings_lock = threading.Lock()
+        self._settings: Settings | None = None
+        try:
+            self.settings()  # a bad value stops here with the file and key, not mid-run
+        except Exception:
+            self.services.close()
+            raise
+        self.session_model = model  # --model for this run only
+        self._thumbs = None
+        from engine.grounding import get_grounder
+
+        # Replaceable (tests plug in a fake grounder to exercise the overlay UI).
+        self.grounder_factory: Callable[[Any], Any] = get_grounder
+
+    def close(self) -> None:
+        self.services.close()
+
+    # -- settings -----------------------------------------------------------
+    def settings(self) -> Settings:
+        """The settings in effect (engine.settings, as the CLI reads them): the file is read once
+        and cached until save_settings changes it."""
+        with self._settings_lock:
+            if self._settings is None:
+                self._settings = self.services.settings()
+            return self._settings
+
+    @staticmethod
+    def setting_range(key: str) -> tuple[int, int]:
+        """The valid range of a numeric setting, from the engine's validators (spin boxes use it)."""
+        from engine.options import SETTINGS_NUMBERS
+
+        number = SETTINGS_NUMBERS[key][0]
+        return int(number.lo), int(number.hi)
+
+    def save_settings(self, values: dict[str, Any]) -> None:
+        """Raises a LonglensError naming the setting when a value is out of range; nothing is written."""
+        with self._settings_lock:
+            self._settings = None  # re-read next time, even if the write fails half-way
+            self._settings = self.services.save_settings(values)
+        with self._lock:
+            self._thumbs = None  # the cache size may have changed
+
+    # -- models -------------------------------------------------------------
+    def model_state(self) -> ModelState:
+        from engine.errors import ModelError
+
+        try:
+            name = self._model_name()
+        except ModelError as exc:
+            return ModelState(None, None, str(exc))
+        return ModelState(name, self.model_notice(name), None)
+
+    def _model_name(self) -> str:
+        from engine.errors import ModelNotInstalledError
+        from engine.models.registry import installed_model_dir
+
+        name = self.services.default_model_name(self.session_model, self.settings())
+        if installed_model_dir(name, self.paths) is None:
+            from engine.models.registry import how_to_get
+
+            raise ModelNotInstalledError(f"the model {name!r} is not installed. {how_to_get(name)}")
+        return name
+
+    @staticmethod
+    def model_notice(name: str | None) -> str | None:
+        from engine.sample_collection import model_notice
+
+        return model_notice(name)
+
+    def embedder(self):
+        s = self.settings()
+        name = self._model_name()
+        with self._lock:
+            return self.services.embedder(name, device=s.device, text_tower=s.text_tower)
+
+    def list_models(self) -> list[ModelInfo]:
+        from engine.models.registry import get_spec, list_models
+
+        out = []
+        for m in list_models(self.paths):
+            try:
+                spec = get_spec(m.name) if m.registered else None
+            except LonglensError:
+                spec = None
+            out.append(ModelInfo(
+                name=m.name, backend=m.backend, installed=m.installed, registered=m.registered,
+                bundled=m.bundled, description=m.description, size_bytes=m.size_bytes, problem=m.problem,
+                notice=self.model_notice(m.name),
+                pullable=bool(spec is not None and spec.repo_id and not spec.bundled),
+            ))
+        return out
+
+    def import_model(self, folder: str, name: str) -> str:
+        from engine.models.download import import_model
+
+        return str(import_model(Path(folder), name, self.paths))
+
+    def pull_job(self, name: str, trust_unpinned: bool = False) -> Callable[[CancelToken], Iterator[Progress]]:
+        from engine.models.download import pull_model
+
+        return lambda token: pull_model(name, self.paths, cancel=token, trust_unpinned=trust_unpinned)
+
+    # -- libraries ------------------------------------------------------------
+    def libraries(self) -> list[LibraryInfo]:
+        cat = self.services.catalog
+        out = []
+        for lib in cat.libraries():
+            counts = cat.status_counts(lib.id)
+            state = cat.library_state(lib.id)
+            status = lib.status
+            if not Path(lib.root).is_dir():
+                status = "offline"  # unmounted since the last scan; nothing is deleted
+            out.append(LibraryInfo(lib.id, lib.root, status, counts.get("ok", 0), counts.get("unreadable", 0),
+                                   counts.get("deleted", 0), lib.last_scan_at is not None,
+                                   pending=state.pending, state=state.label))
+        return out
+
+    def unreadable(self, library_id: int) -> list[tuple[str, str]]:
+        from engine.catalog.paths import for_display
+
+        return [(for_display(r.rel_path), r.reason or "unreadable")
+                for r in self.services.catalog.unreadable(library_id)]
+
+    def remove_library(self, library_id: int) -> None:
+        """Forget a folder: its catalog rows and derived indexes. The photos are not touched."""
+        self.services.catalog.remove_library(library_id)
+        self.services.store.drop(library_id)
+
+    @staticmethod
+    def check_folder(path: str) -> str | None:
+        """A message when `path` cannot be added as a library folder, else None."""
+        p = Path(path).expanduser()
+        if not str(path).strip():
+            return "no folder given"
+        if not p.exists():
+            return f"{p} does not exist"
+        if not p.is_dir():
+            return f"{p} is a file, not a folder: add the folder that holds your photos"
+        try:
+            next(iter(p.iterdir()), None)
+        except PermissionError:
+            return f"{p} cannot be read (permission denied)"
+        except OSError as exc:
+            return f"{p} cannot be read ({exc.strerror or exc})"
+        return None
+
+    def index_job(self, root: str) -> Callable[[CancelToken], Iterator[Progress]]:
+        def job(token: CancelToken) -> Iterator[Progress]:
+            yield Progress("load", message="loading the model")
+            embedder = self.embedder()
+            token.raise_if_cancelled()
+            s = self.settings()
+            indexer = self.services.indexer(embedder, batch_size=s.batch_size, decode_workers=s.decode_workers)
+            yield from indexer.run(root, cancel=token)
+
+        return job
+
+    # -- search ---------------------------------------------------------------
+    @staticmethod
+    def image_suffixes() -> frozenset[str]:
+        from engine.indexing.decode import SUPPORTED_EXTENSIONS
+
+        return SUPPORTED_EXTENSIONS
+
+    @staticmethod
+    def _filter(filters: dict[str, Any] | None):
+        from engine.search.filters import build_filters
+
+        f = filters or {}
+        return build_filters(f.get("folder"), f.get("after"), f.get("before"), f.get("camera"))
+
+    def search_text(self, text: str, top_k: int, filters: dict[str, Any] | None = None,
+                    max_tokens: int | None = None):
+        flt = self._filter(filters)  # cheap checks first: a bad date should not wait for a model to load
+        embedder = self.embedder()
+        return self.services.searcher(embedder).search_text(text, top_k=top_k, flt=flt, max_tokens=max_tokens)
+
+    def search_image(self, path: str, top_k: int, filters: dict[str, Any] | None = None):
+        flt = self._filter(filters)
+        embedder = self.embedder()
+        return self.services.searcher(embedder).search_image(path, top_k=top_k, flt=flt)
+
+    def token_budget(self, text: str, max_tokens: int | None = None):
+        from engine.query_budget import token_budget
+
+        return token_budget(self.embedder(), text, max_tokens)
+
+    # -- images -----------------------------------------------------------------
+    def thumbnail(self, path: str, size: int):
+        from engine.thumbnails import ThumbnailCache, make_thumbnail
+
+        with self._lock:
+            if self._thumbs is None:
+                mb = self.settings().thumbnail_cache_mb
+                self._thumbs = ThumbnailCache(self.paths.thumbnails, max_bytes=mb * 1024 * 1024)
+            cache = self._thumbs
+        return make_thumbnail(path, size, cache)
+
+    def clear_thumbnail_cache(self) -> None:
+        from engine.thumbnails import ThumbnailCache
+
+        ThumbnailCache(self.paths.thumbnails).clear()
+
+    @staticmethod
+    def display_image(path: str, max_side: int = 4096) -> QImage:
+        """The picture upright, at most max_side pixels on its longer side, as a QImage."""
+        from engine.thumbnails import render_thumbnail
+
+        return pil_to_qimage(render_thumbnail(path, max_side))
+
+    # -- grounding --------------------------------------------------------------
+    def grounder(self):
+        try:
+            embedder = self.embedder()
+        except LonglensError:
+            return None
+        return self.grounder_factory(embedder)
+
+    def ground(self, image_path: str, text: str, sentences: list[tuple[int, int]] | None = None):
+        """The grounding of `text` in the image, or None when the model has no grounder.
+
+        `sentences`: the caller's sentence spans (the Review panel's rows), so that
+        sentence_supports[i] belongs to the caller's sentence i."""
+        grounder = self.grounder()
+        if grounder is None:
+            return None
+        from engine.indexing.decode import decode_image
+
+        image, _ = decode_image(Path(image_path))
+        if sentences is None:
+            return grounder.ground(image, text)
+        return grounder.ground(image, text, sentences=list(sentences))
+
+    # -- review -----------------------------------------------------------------
+    def open_review(self, path: str):
+        from engine import review
+
+        return review.open_session(self.services.catalog, path)
+
+    def review_item(self, session, index: int):
+        from engine import review
+
+        return review.get_item(self.services.catalog, session, index)
+
+    def set_verdict(self, item_id: int, sentence_index: int | None, verdict: str | None, note: str = "") -> None:
+        from engine import review
+
+        review.set_verdict(self.services.catalog, item_id, sentence_index, verdict, note)
+
+    def set_review_position(self, session, position: int) -> None:
+        from engine import review
+
+        review.set_position(self.services.catalog, session, position)
+
+    def review_progress(self, session) -> tuple[int, int]:
+        from engine import review
+
+        return review.progress(self.services.catalog, session)
+
+    def check_export_path(self, dest: str, inputs: list[str] = ()) -> str:
+        """The export path when it may be written (not an input, a photo or inside a library),
+        else the engine's OutputPathError naming it: the same guard as the CLI's outputs."""
+        from engine.outputs import check_output
+
+        roots = [lib.root for lib in self.services.catalog.libraries()]
+        return str(check_output(dest, what="export", kind="export", inputs=inputs, library_roots=roots))
+
+    def export_review(self, session, dest: str) -> int:
+        from engine import review
+
+        self.check_export_path(dest, [session.caption_file])
+        return review.export_session(self.services.catalog, session, dest)
+
+    @staticmethod
+    def verdict_names() -> tuple[str, ...]:
+        from engine.review import VERDICTS
+
+        return VERDICTS
+
+    # -- demo -----------------------------------------------------------------
+    def demo_setup(self) -> str:
+        """Install the demo model and photos; make the demo model the default if none works."""
+        from engine.sample_collection import demo_setup
+
+        model, photos, self._demo_query = demo_setup(self.paths)
+        if self.model_state().name is None:
+            self.save_settings({"default_model": model})
+        return str(photos)
+
+    def demo_query(self) -> str:
+        from engine.sample_collection import DEMO_QUERY
+
+        return getattr(self, "_demo_query", DEMO_QUERY)
+
+
+def resolve_paths(home: str | None = None):
+    """The engine's data locations ($LONGLENS_HOME or the platform's folders)."""
+    from engine.config import get_paths
+
+    return get_paths(home).ensure()
+
+
+def display_text(path: str) -> str:
+    """A path as text Qt can show: undecodable bytes of a file name become U+FFFD."""
+    from engine.catalog.paths import for_display
+
+    return for_display(path)
+
+
+def installation_self_test(home: str, cancel: CancelToken | None = None) -> Iterator[Progress]:
+    """The engine's installation self-test (engine.selftest) for `--self-test`, all data under `home`.
+
+    The last Progress carries the report in extra["report"]; a failure raises a LonglensError
+    whose message says which step failed.
+    """
+    from engine.selftest import self_test_job
+
+    return self_test_job(Path(home), cancel=cancel)
