@@ -31,7 +31,7 @@ class CatalogConflictError(CatalogError):
     """A write lost a race with another process's change; rolled back whole, the catalog is intact."""
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_S = 30.0
 # The quick check at open must stay cheap on a large catalog: it stops after this long and the
 # catalog is then used unchecked (the full check is `longlens check-catalog`).
@@ -234,8 +234,15 @@ def _v3(conn: Connection) -> None:
     _run_ddl(conn, _V3_SWAP)
 
 
+def _v4(conn: Connection) -> None:
+    # Version 4: sentence verdicts renumbered to the one sentence splitter (engine.text); no DDL.
+    from engine.catalog.sentence_renumbering import migrate_sentence_verdicts
+
+    migrate_sentence_verdicts(conn)
+
+
 # Linear migration steps: MIGRATIONS[v] takes a catalog from version v-1 to v.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
 
 
 def read_only_uri(path: Path) -> str:
@@ -414,6 +421,15 @@ def backup_catalog(engine: Engine, path: Path, version: int) -> Path:
             raw.driver_connection.backup(target)
         finally:
             target.close()
+    except (sqlite3.Error, OSError) as exc:
+        # A disk that fills up (or a folder that turned read-only) while the copy is written: no
+        # migration without a backup, and no half-written backup left to be mistaken for one.
+        for leftover in (dest, Path(f"{dest}-journal")):
+            leftover.unlink(missing_ok=True)
+        raise CatalogError(
+            f"could not back up {path} before upgrading it from catalog schema {version} to {SCHEMA_VERSION} "
+            f"({exc}); the catalog was not changed. Free some disk space in {path.parent} and start again"
+        ) from None
     finally:
         raw.close()
     return dest

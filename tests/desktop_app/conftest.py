@@ -20,6 +20,10 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from desktop_app import background, facade  # noqa: E402
 
 TINY_MODEL = "tiny"
+# How long a GUI test waits for something that must happen: a guard against a hang, never a
+# timing. On a loaded 2-core CI machine (make test runs two workers) a model load or a first
+# thumbnail can take several seconds, so the guard is generous; a working run never waits it out.
+WAIT_MS = 60_000
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +119,7 @@ def window(qtbot, backend, hub):
     return w
 
 
-def settle(qtbot, job, timeout_ms: int = 20000) -> None:
+def settle(qtbot, job, timeout_ms: int = WAIT_MS) -> None:
     """Wait for a worker job and deliver the signals it queued for the GUI thread."""
     assert job is not None
     qtbot.waitUntil(lambda: not job.running, timeout=timeout_ms)
@@ -123,7 +127,7 @@ def settle(qtbot, job, timeout_ms: int = 20000) -> None:
         QApplication.processEvents()
 
 
-def index_folder(qtbot, window, folder: Path, timeout_ms: int = 30000):
+def index_folder(qtbot, window, folder: Path, timeout_ms: int = WAIT_MS):
     """Add a folder through the library view and wait until indexing and the refresh are done."""
     with qtbot.waitSignal(window.queue.finished, timeout=timeout_ms) as blocker:
         assert window.library_view.add_folder(str(folder))

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from desktop_app import app as app_module
 from desktop_app.main_window import MainWindow
-from tests.desktop_app.conftest import settle
+from tests.desktop_app.conftest import WAIT_MS, settle
 
 DESKTOP_APP = Path(__file__).resolve().parents[2] / "desktop_app"
 
@@ -117,7 +117,7 @@ def test_first_run_offers_the_demo_collection(qtbot, paths, hub, blip_tiny_check
         w.show()
         qtbot.waitUntil(lambda: w.search_view.stack.currentWidget() is w.search_view.welcome)
         qtbot.waitUntil(lambda: "No model ready" in w.model_label.text())
-        with qtbot.waitSignal(w.search_view.results_shown, timeout=30000):
+        with qtbot.waitSignal(w.search_view.results_shown, timeout=WAIT_MS):
             w.search_view.welcome_demo.click()
         assert w.search_view.model.rowCount() == 12
         assert w.search_view.stack.currentWidget() is w.search_view.grid

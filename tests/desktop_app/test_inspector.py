@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtGui import QColor, QImage
 
 from desktop_app.views.inspector_view import NO_GROUNDING, ColourRole, SupportRole
-from tests.desktop_app.conftest import index_folder, settle
+from tests.desktop_app.conftest import WAIT_MS, index_folder, settle
 from tests.desktop_app.fakes import FakeGrounder
 
 QUERY = ("A red ball lies on the grass, next to a wooden bench. Behind the bench stands a tall tree "
@@ -113,7 +113,7 @@ def test_image_query_has_no_phrases(qtbot, opened):
 def test_find_similar_from_the_inspector(qtbot, opened):
     insp = _open_first(qtbot, opened)
     path = insp.path
-    with qtbot.waitSignal(opened.search_view.results_shown, timeout=10000):
+    with qtbot.waitSignal(opened.search_view.results_shown, timeout=WAIT_MS):
         insp.similar_button.click()
     assert opened.tabs.currentWidget() is opened.search_view
     assert opened.search_view.model.hit(0).path == path

@@ -13,7 +13,7 @@ from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QMessageBox
 
 from desktop_app.dialogs import messages
-from tests.desktop_app.conftest import index_folder, settle
+from tests.desktop_app.conftest import WAIT_MS, index_folder, settle
 
 
 def _errors(widget) -> list[str]:
@@ -75,7 +75,7 @@ def test_dropping_a_folder_adds_it(qtbot, window, photos):
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(photos))])
     view = window.library_view
-    with qtbot.waitSignal(window.queue.finished, timeout=30000):
+    with qtbot.waitSignal(window.queue.finished, timeout=WAIT_MS):
         event = QDropEvent(QPoint(10, 10).toPointF(), Qt.DropAction.CopyAction, mime,
                            Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
         view.dropEvent(event)
@@ -103,7 +103,7 @@ def test_remove_forgets_the_folder_and_never_touches_files(qtbot, window, photos
     view.list.setCurrentRow(0)
     monkeypatch.setattr(messages, "confirm", lambda *a: True)
     view.remove_selected()
-    qtbot.waitUntil(lambda: view.infos == [], timeout=10000)
+    qtbot.waitUntil(lambda: view.infos == [], timeout=WAIT_MS)
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in photos.rglob("*") if p.is_file()}
     assert after == before
     assert window.search_view.stack.currentWidget() is window.search_view.welcome
@@ -228,9 +228,9 @@ def test_cancel_stops_indexing_at_the_next_batch_boundary(qtbot, window, tmp_pat
     seen = []
     window.queue.progress.connect(lambda p: seen.append(p.stage))
     window.library_view.add_folder(str(folder))
-    qtbot.waitUntil(lambda: "index" in seen, timeout=30000)
+    qtbot.waitUntil(lambda: "index" in seen, timeout=WAIT_MS)
     assert window.progress_panel.isVisible() and window.progress_panel.cancel_button.isEnabled()
-    with qtbot.waitSignal(window.queue.finished, timeout=10000) as blocker:
+    with qtbot.waitSignal(window.queue.finished, timeout=WAIT_MS) as blocker:
         window.progress_panel.cancel_button.click()
     summary = blocker.args[1]
     assert summary.cancelled and 0 < summary.new < 40

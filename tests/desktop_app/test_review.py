@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from desktop_app.dialogs import messages
 from desktop_app.views.review_view import ReviewView
-from tests.desktop_app.conftest import settle
+from tests.desktop_app.conftest import WAIT_MS, settle
 from tests.desktop_app.fakes import FakeGrounder
 
 
@@ -39,12 +39,12 @@ def review(qtbot, window):
 
 
 def _wait_item(qtbot, view, index: int) -> None:
-    qtbot.waitUntil(lambda: view.item is not None and view.item.index == index, timeout=10000)
+    qtbot.waitUntil(lambda: view.item is not None and view.item.index == index, timeout=WAIT_MS)
 
 
 def _drain(qtbot, view) -> None:
     settle(qtbot, view.last_job)
-    qtbot.waitUntil(lambda: view.hub.serial.activeThreadCount() == 0, timeout=10000)
+    qtbot.waitUntil(lambda: view.hub.serial.activeThreadCount() == 0, timeout=WAIT_MS)
     for _ in range(3):
         qtbot.wait(10)
 
@@ -165,12 +165,12 @@ def test_support_tints_and_region_maps_on_hover(qtbot, window, review, photos, t
     cap = _write_captions(tmp_path, photos)
     settle(qtbot, review.open_file(str(cap)))
     _wait_item(qtbot, review, 0)
-    qtbot.waitUntil(lambda: review.grounding is not None, timeout=10000)
+    qtbot.waitUntil(lambda: review.grounding is not None, timeout=WAIT_MS)
     html = review.caption.toHtml()
     assert "phrase:0" in html and "background-color" in html
     assert review.rows[1].styleSheet() and "background-color" in review.rows[1].styleSheet()
     assert not review.canvas.has_overlay()
-    qtbot.waitUntil(lambda: not review.canvas.image().isNull(), timeout=10000)
+    qtbot.waitUntil(lambda: not review.canvas.image().isNull(), timeout=WAIT_MS)
     review._hover_link(QUrl("phrase:1"))  # what QTextBrowser.highlighted sends on hover
     assert review.canvas.has_overlay()
     review.set_current_row(2)  # the second sentence: its phrases' regions
@@ -215,7 +215,7 @@ def test_sentence_rows_get_the_support_of_their_own_sentence(qtbot, window, revi
     cap.write_text(json.dumps({"image": str(img), "caption": ABBREVIATED}) + "\n", encoding="utf-8")
     settle(qtbot, review.open_file(str(cap)))
     _wait_item(qtbot, review, 0)
-    qtbot.waitUntil(lambda: review.grounding is not None, timeout=10000)
+    qtbot.waitUntil(lambda: review.grounding is not None, timeout=WAIT_MS)
     # One row for the whole item, then one per sentence: two sentences, as the grounder has them.
     assert [r.sentence_index for r in review.rows] == [None, 0, 1]
     assert [review.item.sentence_text(i) for i in range(2)] == [

@@ -14,7 +14,7 @@ from desktop_app.thumbnails import ThumbnailLoader
 from desktop_app.views.results_model import ResultsModel, ScoreRole, ThumbnailStateRole
 from desktop_app.views.search_view import QuickLook
 from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
-from tests.desktop_app.conftest import index_folder, settle
+from tests.desktop_app.conftest import WAIT_MS, index_folder, settle
 
 LONG = ("A red ball lies on the grass to the left of a small wooden bench, and behind it a tall "
         "green tree casts a long shadow across the lawn. ")
@@ -40,17 +40,17 @@ def test_text_search_shows_ranked_tiles_with_scores(qtbot, indexed):
     assert scores == sorted(scores, reverse=True)
     assert "12 results" in view.status.text() and "tokens read" in view.status.text()
     # Thumbnails arrive from worker threads and land in the on-disk cache.
-    qtbot.waitUntil(lambda: view.model.index(0).data(ThumbnailStateRole) == "ready", timeout=10000)
+    qtbot.waitUntil(lambda: view.model.index(0).data(ThumbnailStateRole) == "ready", timeout=WAIT_MS)
     assert any(indexed.backend.paths.thumbnails.rglob("*.jpg"))
 
 
 def test_ctrl_enter_searches_and_counter_tracks_the_budget(qtbot, indexed):
     view = indexed.search_view
     qtbot.keyClicks(view.editor, "A red door")
-    qtbot.waitUntil(lambda: view.token_label.text().endswith("/ 128 tokens"), timeout=5000)
+    qtbot.waitUntil(lambda: view.token_label.text().endswith("/ 128 tokens"), timeout=WAIT_MS)
     used = int(view.token_label.text().split("/")[0])
     assert 3 < used < 10
-    with qtbot.waitSignal(view.results_shown, timeout=10000):
+    with qtbot.waitSignal(view.results_shown, timeout=WAIT_MS):
         qtbot.keyClick(view.editor, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert view.editor.toPlainText() == "A red door"  # Ctrl+Enter does not insert a line
 
@@ -59,7 +59,7 @@ def test_long_query_is_marked_where_the_model_stops_reading(qtbot, indexed):
     view = indexed.search_view
     text = LONG * 200  # ~5,000 words
     view.editor.setPlainText(text)
-    qtbot.waitUntil(lambda: view.trunc_label.isVisible(), timeout=10000)
+    qtbot.waitUntil(lambda: view.trunc_label.isVisible(), timeout=WAIT_MS)
     assert view.token_label.text() == "128 / 128 tokens"
     cut = view.editor.truncation_offset()
     assert cut is not None and 0 < cut < 1000
@@ -95,7 +95,7 @@ def test_dropping_an_image_searches_by_image(qtbot, indexed, photos):
     target = sorted(photos.rglob("*.png"))[0]
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(target))])
-    with qtbot.waitSignal(view.results_shown, timeout=10000):
+    with qtbot.waitSignal(view.results_shown, timeout=WAIT_MS):
         view.editor.insertFromMimeData(mime)
     assert view.image_chip.isVisible() and target.name in view.image_chip_label.text()
     top = view.model.hit(0)
@@ -150,7 +150,7 @@ def test_keyboard_navigation_enter_and_space(qtbot, indexed):
     dialogs = view.findChildren(QuickLook, "quick-look")
     assert dialogs, "Space opens a quick look"
     quick = dialogs[0]
-    qtbot.waitUntil(lambda: quick.label.pixmap() is not None and not quick.label.pixmap().isNull(), timeout=10000)
+    qtbot.waitUntil(lambda: quick.label.pixmap() is not None and not quick.label.pixmap().isNull(), timeout=WAIT_MS)
     qtbot.keyClick(quick, Qt.Key.Key_Space)
     qtbot.waitUntil(lambda: not quick.isVisible())
     with qtbot.waitSignal(view.open_hit) as blocker:
@@ -164,7 +164,7 @@ def test_find_similar_on_a_result(qtbot, indexed):
     _search(qtbot, view, "a wooden bench")
     view.grid.setCurrentIndex(view.model.index(3))
     chosen = view.current_hit().path
-    with qtbot.waitSignal(view.results_shown, timeout=10000):
+    with qtbot.waitSignal(view.results_shown, timeout=WAIT_MS):
         view.find_similar_current()
     assert view.model.hit(0).path == chosen
     assert view.query == {"text": None, "image": chosen}
@@ -183,8 +183,8 @@ class FakeHit:
     camera: str | None = None
 
 
-def check_grid_requests_only_visible_thumbnails(qtbot, n: int, *, scroll_timeout_ms: int = 20000,
-                                                 wait_timeout_ms: int = 5000) -> None:
+def check_grid_requests_only_visible_thumbnails(qtbot, n: int, *, scroll_timeout_ms: int = WAIT_MS,
+                                                 wait_timeout_ms: int = WAIT_MS) -> None:
     """A results grid of n rows asks only for the thumbnails on screen, at the top and after
     jumping to the bottom, and the last row's thumbnail arrives (shared with the stress suite)."""
     from PIL import Image
@@ -255,7 +255,7 @@ def test_thumbnail_loader_keeps_only_recent_requests(qtbot):
         loader.request(f"p{i}")
     loader.request("p49")  # duplicate: ignored
     gate.set()
-    qtbot.waitUntil(lambda: loader._drainers == 0, timeout=5000)
+    qtbot.waitUntil(lambda: loader._drainers == 0, timeout=WAIT_MS)
     loader.shutdown()
     # Perhaps the first one (already running when the rest came), then the newest five, newest first;
     # the 44 older requests were dropped, never made.
@@ -271,7 +271,7 @@ def test_results_model_tooltip_and_failed_thumbnail(qtbot):
     idx = model.index(0)
     assert "score 0.5000" in idx.data(Qt.ItemDataRole.ToolTipRole) and "Fuji" in idx.data(Qt.ItemDataRole.ToolTipRole)
     assert idx.data(Qt.ItemDataRole.UserRole + 3) is None  # requests the thumbnail
-    qtbot.waitUntil(lambda: str(idx.data(ThumbnailStateRole)).startswith("failed"), timeout=5000)
+    qtbot.waitUntil(lambda: str(idx.data(ThumbnailStateRole)).startswith("failed"), timeout=WAIT_MS)
     loader.shutdown()
 
 
@@ -300,7 +300,7 @@ def test_odd_file_names_are_indexed_and_shown(qtbot, window, photos):
     qtbot.waitUntil(lambda: all(view.model.index(r).data(ThumbnailStateRole) != "loading"
                                 for r in range(view.model.rowCount())
                                 if view.grid.visualRect(view.model.index(r)).intersects(view.grid.viewport().rect())),
-                    timeout=10000)
+                    timeout=WAIT_MS)
     assert not view.grid.grab().isNull()  # painting the tiles does not fail
     states = {view.model.index(r).data(Qt.ItemDataRole.DisplayRole): view.model.index(r).data(ThumbnailStateRole)
               for r in range(view.model.rowCount())}

@@ -11,7 +11,7 @@ from desktop_app.dialogs import messages
 from desktop_app.dialogs.models_dialog import ModelsDialog
 from desktop_app.dialogs.settings_dialog import SettingsDialog
 from desktop_app.facade import Backend
-from tests.desktop_app.conftest import settle
+from tests.desktop_app.conftest import WAIT_MS, settle
 
 
 def test_settings_are_saved_and_applied(qtbot, window, paths):
@@ -39,7 +39,7 @@ def test_settings_are_saved_and_applied(qtbot, window, paths):
     finally:
         again.close()
     window.search_view.editor.setPlainText("word " * 200)
-    qtbot.waitUntil(lambda: window.search_view.token_label.text() == "64 / 64 tokens", timeout=10000)
+    qtbot.waitUntil(lambda: window.search_view.token_label.text() == "64 / 64 tokens", timeout=WAIT_MS)
     theme.apply_theme(QApplication.instance(), "light")
 
 

@@ -7,7 +7,7 @@ import threading
 from desktop_app.background import user_message
 from engine.errors import QueryError
 from engine.jobs import Progress
-from tests.desktop_app.conftest import settle
+from tests.desktop_app.conftest import WAIT_MS, settle
 
 
 def test_call_result_arrives_in_the_gui_thread(qtbot, hub):
@@ -51,7 +51,7 @@ def test_job_progress_and_cancel_reach_the_engine_generator(qtbot, hub):
     job = hub.start_job(make, name="counting", on_progress=lambda p: stages.append(p.done),
                         on_cancelled=lambda: cancelled.append(True))
     assert started.wait(5)
-    qtbot.waitUntil(lambda: bool(stages), timeout=5000)
+    qtbot.waitUntil(lambda: bool(stages), timeout=WAIT_MS)
     job.cancel()
     settle(qtbot, job)
     assert cancelled == [True] and job.was_cancelled

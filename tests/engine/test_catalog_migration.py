@@ -29,9 +29,9 @@ def test_v1_catalog_migrates_to_v2_keeping_data_and_a_backup(tmp_path):
     _make_v1(path)
     cat = Catalog(path)
     try:
-        assert db.SCHEMA_VERSION == 3  # v1 -> v2 -> v3 (verdicts keyed by content)
+        assert db.SCHEMA_VERSION == 4  # v1 -> v2 -> v3 (verdicts keyed by content) -> v4 (renumbered)
         with cat.read() as conn:
-            assert db.user_version(conn) == 3
+            assert db.user_version(conn) == db.SCHEMA_VERSION
             tables = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'")}
         assert {"review_sessions", "review_items", "verdicts"} <= tables
         assert [lib.root for lib in cat.libraries()] == ["/photos"]

@@ -324,3 +324,39 @@ def test_damage_is_found_with_leftover_wal_and_shm_files(home, paths, cli, photo
     rc, _, err = cli("index", str(photos), "--model", TINY_MODEL)
     assert rc == 2 and "is damaged" in err, err
     assert sha256(paths.catalog) == before
+
+
+UPGRADE_UNDER_A_FULL_DISK = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails like ENOSPC
+limit = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+from engine.catalog import Catalog
+from engine.errors import CatalogError
+try:
+    Catalog(sys.argv[1]).close()
+except CatalogError as exc:
+    print(exc)
+    sys.exit(2)
+"""
+
+
+def test_an_upgrade_that_cannot_write_its_backup_changes_nothing(tmp_path):
+    """The disk fills while the pre-migration backup is written: a clear error, the old catalog
+    byte-identical, no partial backup left (a real SQLite file, a real file-size limit)."""
+    path = tmp_path / "catalog.sqlite3"
+    with Catalog(path) as cat:
+        cat.add_library(tmp_path / "photos")
+        cat.set_meta("padding", "x" * 200_000)  # a catalog larger than the limit below
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA user_version=3")  # an older schema: opening it migrates, after a backup
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    proc = subprocess.run([sys.executable, "-c", UPGRADE_UNDER_A_FULL_DISK, str(path), "65536"],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "could not back up" in proc.stdout and "the catalog was not changed" in proc.stdout
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.sqlite3"]

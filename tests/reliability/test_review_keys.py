@@ -213,7 +213,7 @@ def test_a_v2_catalog_keeps_its_verdicts_after_migrating(tmp_path, pictures):
             assert bak.execute("PRAGMA user_version").fetchone()[0] == 2
             assert bak.execute("SELECT count(*) FROM verdicts").fetchone()[0] == 5
         with cat.read() as conn:
-            assert db.user_version(conn) == 3
+            assert db.user_version(conn) == db.SCHEMA_VERSION
             rows = conn.exec_driver_sql(
                 "SELECT i.line_no, i.session_id, v.sentence_index, v.verdict, v.note FROM review_items i "
                 "JOIN verdicts v ON v.image_key = i.image_key AND v.caption_hash = i.caption_hash "
