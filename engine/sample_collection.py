@@ -17,9 +17,10 @@ import tempfile
 from pathlib import Path
 
 from engine.config import Paths
+from engine.models.registry import BUNDLED_MODEL
 
-DEMO_MODEL = "blip-tiny-random"  # the fallback when sceneworld-mini is not shipped
-SCENEWORLD_MODEL = "sceneworld-mini"
+FALLBACK_DEMO_MODEL = "blip-tiny-random"  # the fallback when sceneworld-mini is not shipped
+SCENEWORLD_MODEL = BUNDLED_MODEL  # the model shipped in resources/
 # The demo collection uses a seed from the evaluation range: no training scene is in it.
 SCENEWORLD_DEMO_SEED = 4242
 SCENEWORLD_DEMO_SIZE = 300
@@ -33,14 +34,14 @@ DEMO_QUERY = (
 def ensure_demo_model(paths: Paths) -> str:
     from engine.models.registry import installed_model_dir
 
-    if installed_model_dir(DEMO_MODEL, paths) is None:
+    if installed_model_dir(FALLBACK_DEMO_MODEL, paths) is None:
         from engine.backends.blip.checkpoints import save_random_blip_checkpoint
         from engine.models.download import import_model
 
         with tempfile.TemporaryDirectory(dir=paths.cache) as tmp:
-            ckpt = save_random_blip_checkpoint(Path(tmp) / DEMO_MODEL, size="tiny", seed=0)
-            import_model(ckpt, DEMO_MODEL, paths)
-    return DEMO_MODEL
+            ckpt = save_random_blip_checkpoint(Path(tmp) / FALLBACK_DEMO_MODEL, size="tiny", seed=0)
+            import_model(ckpt, FALLBACK_DEMO_MODEL, paths)
+    return FALLBACK_DEMO_MODEL
 
 
 def ensure_demo_photos(paths: Paths, n: int = 48) -> Path:
@@ -90,7 +91,7 @@ def demo_setup(paths: Paths) -> tuple[str, Path, str]:
 
 def model_notice(name: str | None) -> str | None:
     """What a user must know about a demo model before trusting its results."""
-    if name == DEMO_MODEL:
+    if name == FALLBACK_DEMO_MODEL:
         return "random, untrained weights: the whole pipeline runs, but rankings and scores are meaningless"
     if name == SCENEWORLD_MODEL:
         return "trained on generated SceneWorld pictures only: real photos need a BLIP model"

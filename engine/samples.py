@@ -191,9 +191,9 @@ def write_image(
 
 
 def _heif_encoder_available() -> bool:
-    from engine.indexing.decode import _ensure_heif
+    from engine.indexing.decode import ensure_heif
 
-    if not _ensure_heif():
+    if not ensure_heif():
         return False
     try:
         import pillow_heif

@@ -140,16 +140,16 @@ def _load_user_array(path: Path | str) -> np.ndarray:
         return np.asarray(np.load(f, allow_pickle=False))
 
 
-def _percentiles(samples_s: list[float]) -> tuple[float, float]:
+def percentiles(samples_s: list[float]) -> tuple[float, float]:
     arr = np.asarray(samples_s) * 1000.0
     return float(np.percentile(arr, 50)), float(np.percentile(arr, 95))
 
 
-def _search_all(index: VectorIndex, queries: np.ndarray, k: int = K) -> list[np.ndarray]:
+def search_all(index: VectorIndex, queries: np.ndarray, k: int = K) -> list[np.ndarray]:
     return [ids for ids, _ in index.query(queries, k)]
 
 
-def _time_queries(
+def time_queries(
     indexes: Sequence[VectorIndex], queries: np.ndarray, *, passes: int = 1
 ) -> list[tuple[float, float]]:
     """(p50 ms, p95 ms) per index for one query row per call, as the app searches.
@@ -168,17 +168,17 @@ def _time_queries(
                 t0 = time.perf_counter()
                 index.query(q, K)
                 times[slot].append(time.perf_counter() - t0)
-    return [_percentiles(t) for t in times]
+    return [percentiles(t) for t in times]
 
 
-def _recall(approx: list[np.ndarray], truth: list[np.ndarray], k: int = K) -> float:
+def recall_at_k(approx: list[np.ndarray], truth: list[np.ndarray], k: int = K) -> float:
     hits = [
         len(np.intersect1d(a[:k], t[:k])) / max(min(k, len(t)), 1) for a, t in zip(approx, truth, strict=True)
     ]
     return float(np.mean(hits))
 
 
-def _disk_bytes(index: VectorIndex, workdir: Path) -> int:
+def disk_bytes(index: VectorIndex, workdir: Path) -> int:
     path = workdir / "bench.idx"
     index.save(path)
     size = path.stat().st_size
@@ -218,13 +218,13 @@ def _bench_size(
     t0 = time.perf_counter()
     exact.add(ids, base)
     exact_build = time.perf_counter() - t0
-    truth = {name: _search_all(exact, queries) for name, queries in query_sets.items()}
+    truth = {name: search_all(exact, queries) for name, queries in query_sets.items()}
     row: dict[str, Any] = {
         "n": n,
         "data_stats": _data_stats(base, exact, query_sets),
         "exact": {
             "build_s": round(exact_build, 3),
-            "bytes_per_vector_disk": round(_disk_bytes(exact, workdir) / n, 1),
+            "bytes_per_vector_disk": round(disk_bytes(exact, workdir) / n, 1),
         },
         "hnsw": [],
     }
@@ -233,13 +233,13 @@ def _bench_size(
         t0 = time.perf_counter()
         index.add(ids, base)
         build_s = time.perf_counter() - t0
-        disk = _disk_bytes(index, workdir)
+        disk = disk_bytes(index, workdir)
         runs = []
         for ef in ef_grid:
             index.ef_search = ef
-            (ex_p50, ex_p95), (p50, p95) = _time_queries([exact, index], timing_set)
+            (ex_p50, ex_p95), (p50, p95) = time_queries([exact, index], timing_set)
             recall = {
-                name: round(_recall(_search_all(index, queries), truth[name]), 4)
+                name: round(recall_at_k(search_all(index, queries), truth[name]), 4)
                 for name, queries in query_sets.items()
             }
             runs.append(
@@ -329,7 +329,7 @@ def _round_threshold(n: float) -> int:
     return int(max(step, round(n / step) * step))
 
 
-def _crossover(
+def measure_crossover(
     data: np.ndarray, queries: np.ndarray, ladder: Sequence[int], M: int, efc: int, ef: int, log: Any
 ) -> dict[str, Any]:
     """Grow one exact and one hnsw index through `ladder` sizes, timing both at each."""
@@ -345,7 +345,7 @@ def _crossover(
         exact.add(ids, data[done:n])
         hnsw.add(ids, data[done:n])
         done = n
-        (ex_p50, _), (hn_p50, _) = _time_queries([exact, hnsw], queries, passes=3)
+        (ex_p50, _), (hn_p50, _) = time_queries([exact, hnsw], queries, passes=3)
         points.append({"n": n, "exact_p50_ms": round(ex_p50, 4), "hnsw_p50_ms": round(hn_p50, 4)})
         log(f"crossover n={n}: exact {ex_p50:.3f} ms, hnsw {hn_p50:.3f} ms")
     # First ladder point from which hnsw stays faster; interpolate the crossing before it.
@@ -417,7 +417,7 @@ def run_benchmark(
             results.append(_bench_size(data[:n], query_sets, build_grid, ef_grid, Path(tmp), log))
     chosen = _choose(results, dim)
     timing_set = next(iter(query_sets.values()))
-    crossover = _crossover(
+    crossover = measure_crossover(
         data, timing_set, ladder, chosen["M"], chosen["ef_construction"], chosen["ef_search"], log
     )
     return {

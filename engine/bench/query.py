@@ -119,7 +119,7 @@ def text_encode_latency(
                 times[name].append(time.perf_counter() - t)
         row: dict[str, Any] = {"tokens": used}
         for name, ts in times.items():
-            p50, p95 = ann._percentiles(ts)
+            p50, p95 = ann.percentiles(ts)
             row[name] = {"p50_ms": p50, "p95_ms": p95}
         names = list(embedders)
         # Ratios and agreement against the first embedder (the baseline) for every other one;
@@ -197,9 +197,9 @@ def ann_and_catalog(
                 t_idx = time.perf_counter() - t
                 done = n
                 log(f"query: n={n:,}: catalog +{t_cat:.0f} s, index +{t_idx:.0f} s ({chosen.stats().get('mode')})")
-                truth = ann._search_all(exact, queries)
-                recall = ann._recall(ann._search_all(chosen, queries), truth)
-                (ex_p50, ex_p95), (p50, p95) = ann._time_queries([exact, chosen], queries)
+                truth = ann.search_all(exact, queries)
+                recall = ann.recall_at_k(ann.search_all(chosen, queries), truth)
+                (ex_p50, ex_p95), (p50, p95) = ann.time_queries([exact, chosen], queries)
                 searcher.search_vector(queries[0], TOP_K)  # warm the catalog's caches
                 ann_ms, cat_ms = [], []
                 for q in queries:
@@ -207,7 +207,7 @@ def ann_and_catalog(
                     ann_ms.append(res.timings_ms["ann"] / 1000)
                     cat_ms.append(res.timings_ms["catalog"] / 1000)
                 with tempfile.TemporaryDirectory(dir=work) as scratch:
-                    disk = ann._disk_bytes(chosen, Path(scratch))
+                    disk = ann.disk_bytes(chosen, Path(scratch))
                 stats = chosen.stats()
                 rows.append({
                     "n": n,
@@ -217,10 +217,10 @@ def ann_and_catalog(
                     "ann_p50_ms": p50, "ann_p95_ms": p95,
                     "exact_p50_ms": ex_p50, "exact_p95_ms": ex_p95,
                     "ann_speedup_p50_vs_exact": ex_p50 / p50,
-                    "search_ann_p50_ms": ann._percentiles(ann_ms)[0],
-                    "search_ann_p95_ms": ann._percentiles(ann_ms)[1],
-                    "search_catalog_p50_ms": ann._percentiles(cat_ms)[0],
-                    "search_catalog_p95_ms": ann._percentiles(cat_ms)[1],
+                    "search_ann_p50_ms": ann.percentiles(ann_ms)[0],
+                    "search_ann_p95_ms": ann.percentiles(ann_ms)[1],
+                    "search_catalog_p50_ms": ann.percentiles(cat_ms)[0],
+                    "search_catalog_p95_ms": ann.percentiles(cat_ms)[1],
                     "bytes_per_vector_disk": disk / n,
                     "bytes_per_vector_memory": stats.get("memory_bytes", 0) / n,
                     "build_s_incremental": t_idx,
@@ -249,5 +249,5 @@ def ann_choice(rows: list[dict[str, Any]], crossover: dict[str, Any] | None) -> 
 
 def crossover(resampler: Resampler, queries: np.ndarray, ladder: Sequence[int], log: Log) -> dict[str, Any]:
     data = resampler.sample(max(ladder))
-    return ann._crossover(data, queries, ladder, vi.DEFAULT_M, vi.DEFAULT_EF_CONSTRUCTION,
+    return ann.measure_crossover(data, queries, ladder, vi.DEFAULT_M, vi.DEFAULT_EF_CONSTRUCTION,
                           vi.DEFAULT_EF_SEARCH, log)

@@ -145,7 +145,7 @@ _init_lock = threading.RLock()  # decoding runs in worker threads; first use may
 _heif_state: bool | None = None  # None: not tried yet; then whether the opener is registered
 
 
-def _ensure_heif() -> bool:
+def ensure_heif() -> bool:
     """Register pillow-heif's opener once, on first use.
 
     Lazy so that importing this module stays cheap and a broken libheif only affects
@@ -180,7 +180,7 @@ def _open_formats() -> tuple[str, ...]:
         return _formats_cache
     with _init_lock:
         if _formats_cache is None:
-            _ensure_heif()
+            ensure_heif()
             Image.init()
             _formats_cache = tuple(f for f in _OPEN_FORMATS if f in Image.OPEN)
     return _formats_cache

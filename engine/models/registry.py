@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 # A backend name: a key of the backend table below (`backend_names()`); BACKENDS reads the same.
 Backend = str
 
-DEMO_MODEL_NAME = "sceneworld-mini"
+BUNDLED_MODEL = "sceneworld-mini"
 
 # Files the OS or a file manager drops into folders; they are not part of a model and their
 # presence must not make verification fail.
@@ -285,7 +285,7 @@ _register(
 
 _register(
     ModelSpec(
-        name=DEMO_MODEL_NAME,
+        name=BUNDLED_MODEL,
         backend="sceneworld-mini",
         description="Small bundled demo model trained on SceneWorld; offline. Understands SceneWorld "
         "images only: real photos need a BLIP model.",
@@ -366,8 +366,8 @@ def bundled_model_dir(name: str) -> Path:
 def how_to_get(name: str) -> str:
     """The sentence every 'model missing' message ends with."""
     demo = (
-        f" The bundled demo model ({DEMO_MODEL_NAME}) needs no download and works offline."
-        if name != DEMO_MODEL_NAME
+        f" The bundled demo model ({BUNDLED_MODEL}) needs no download and works offline."
+        if name != BUNDLED_MODEL
         else ""
     )
     pull = f"`longlens models pull {name}`, or " if name in _REGISTRY and _REGISTRY[name].repo_id else ""

@@ -82,7 +82,7 @@ def test_demo_opens_the_gui_when_a_display_is_there(monkeypatch, paths, blip_tin
 
     _without_bundled_model(monkeypatch, paths)
     monkeypatch.setattr(engine.sample_collection, "ensure_demo_model",
-                        lambda p: import_model(blip_tiny_checkpoint, engine.sample_collection.DEMO_MODEL, p) and engine.sample_collection.DEMO_MODEL)
+                        lambda p: import_model(blip_tiny_checkpoint, engine.sample_collection.FALLBACK_DEMO_MODEL, p) and engine.sample_collection.FALLBACK_DEMO_MODEL)
     monkeypatch.setattr(engine.sample_collection, "ensure_demo_photos", lambda p: photos)
     launched = []
     monkeypatch.setattr(engine.cli.common, "launch_gui", lambda argv=(): launched.append(list(argv)) or 0)
@@ -93,7 +93,7 @@ def test_demo_opens_the_gui_when_a_display_is_there(monkeypatch, paths, blip_tin
     assert engine.cli.demo.run_demo(paths, no_gui=False, out=__import__("sys").stdout) == 0
     out = capsys.readouterr().out
     assert "RANDOM, UNTRAINED" in out and "opening the desktop app" in out
-    assert launched and launched[0][:2] == ["--model", engine.sample_collection.DEMO_MODEL]
+    assert launched and launched[0][:2] == ["--model", engine.sample_collection.FALLBACK_DEMO_MODEL]
     assert "--query" in launched[0]
 
 
@@ -101,14 +101,14 @@ def test_first_run_offers_the_demo_collection(qtbot, paths, hub, blip_tiny_check
     """No model, no library: the window says so and the demo button sets everything up."""
     from desktop_app.facade import Backend
     from engine.models.download import import_model
-    from engine.sample_collection import DEMO_MODEL
+    from engine.sample_collection import FALLBACK_DEMO_MODEL
 
     _without_bundled_model(monkeypatch, paths)
     backend = Backend(paths)
     try:
         def demo_setup() -> str:  # the real one generates 48 pictures; same steps, smaller
-            import_model(blip_tiny_checkpoint, DEMO_MODEL, paths)
-            backend.save_settings({"default_model": DEMO_MODEL})
+            import_model(blip_tiny_checkpoint, FALLBACK_DEMO_MODEL, paths)
+            backend.save_settings({"default_model": FALLBACK_DEMO_MODEL})
             return str(photos)
 
         monkeypatch.setattr(backend, "demo_setup", demo_setup)
@@ -122,7 +122,7 @@ def test_first_run_offers_the_demo_collection(qtbot, paths, hub, blip_tiny_check
         assert w.search_view.model.rowCount() == 12
         assert w.search_view.stack.currentWidget() is w.search_view.grid
         qtbot.waitUntil(lambda: "untrained" in w.model_label.text())
-        assert DEMO_MODEL in w.model_label.text()
+        assert FALLBACK_DEMO_MODEL in w.model_label.text()
         w.close()
     finally:
         backend.close()
