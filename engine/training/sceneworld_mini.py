@@ -83,6 +83,8 @@ def train(
     torch.manual_seed(seed)
     cfg = cfg or MiniConfig()
     t0 = time.monotonic()
+    # Several minutes on 2 cores before the first training step: say what is happening.
+    print(f"data: generating and rendering {n_train} training scenes (seed {seed})...", file=log, flush=True)
     scenes = generate_scenes(seed, 0, n_train)
     renders = render_for_model(scenes, cfg.image_size)
     examples = examples_from_scenes(scenes)
