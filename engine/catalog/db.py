@@ -7,6 +7,7 @@ write can fail with SQLITE_BUSY immediately, whatever the timeout, which users w
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -264,6 +265,39 @@ def _file_state(path: Path) -> tuple:
         except FileNotFoundError:
             out.append(None)
     return tuple(out)
+
+
+# SQLite's WAL index (the -shm file): every open connection holds a shared POSIX lock on this
+# byte (its "DMS" slot) for as long as it lives (sqlite3 os_unix.c: UNIX_SHM_DMS).
+_SHM_DMS_BYTE = 128
+
+
+def open_in_another_process(path: Path) -> bool:
+    """True when another process has the catalog open (a live SQLite connection to it).
+
+    Call it with no SQLite connection to the catalog open in this process: POSIX locks belong
+    to the process, and closing the probe's descriptor would drop such a connection's locks.
+    Where the OS has no POSIX locks (Windows) it cannot tell and says False.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    shm = Path(f"{Path(path).absolute()}-shm")
+    try:
+        # Longlens's own WAL index, beside the catalog; never followed through a link.
+        fd = os.open(shm, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False  # no -shm file: no connection in WAL mode has it open
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _SHM_DMS_BYTE, os.SEEK_SET)
+        except OSError:
+            return True  # another process's connection holds its shared lock
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, _SHM_DMS_BYTE, os.SEEK_SET)
+        return False
+    finally:
+        os.close(fd)
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:

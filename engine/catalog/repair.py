@@ -15,7 +15,13 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.catalog.db import SCHEMA_VERSION, SQLITE_MAGIC, CatalogDamagedError, connect_read_only
+from engine.catalog.db import (
+    SCHEMA_VERSION,
+    SQLITE_MAGIC,
+    CatalogDamagedError,
+    connect_read_only,
+    open_in_another_process,
+)
 from engine.errors import CatalogError
 from engine.fileutil import open_user_file
 
@@ -91,10 +97,16 @@ def check_catalog(path: Path) -> CatalogCheck:
 def rebuild_catalog(path: Path) -> RebuildReport:
     """Copy every readable row of a damaged catalog into a new file and swap it in.
 
-    Run it with no other Longlens process using the catalog. The damaged file (and its -wal)
+    Refused while another process has the catalog open. The damaged file (and its -wal)
     is renamed to `<name>.damaged-<time>`, never deleted.
     """
     path = Path(path).absolute()
+    if open_in_another_process(path):
+        # Swapping the file under a live process would send its later writes to the damaged copy.
+        raise CatalogError(
+            f"{path} is open in another Longlens process (the app, an index or search run); close it "
+            "and run the rebuild again. Nothing was changed"
+        )
     tmp = path.with_name(f".{path.name}.rebuild-{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")

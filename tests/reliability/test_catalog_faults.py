@@ -360,3 +360,40 @@ def test_an_upgrade_that_cannot_write_its_backup_changes_nothing(tmp_path):
     assert "could not back up" in proc.stdout and "the catalog was not changed" in proc.stdout
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.sqlite3"]
+
+
+HOLD_THE_CATALOG_OPEN = """
+import sys
+from engine.catalog import Catalog
+cat = Catalog(sys.argv[1])
+cat.libraries()  # a live connection, as the app or an index run holds one
+print("open", flush=True)
+sys.stdin.readline()
+cat.close()
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX locks tell whether another process has it open")
+def test_rebuild_is_refused_while_another_process_has_the_catalog_open(tmp_path):
+    """check-catalog --rebuild swaps the file: a live process would go on writing to the old copy."""
+    from engine.catalog.repair import rebuild_catalog
+    from engine.errors import CatalogError
+
+    path = tmp_path / "catalog.sqlite3"
+    with Catalog(path) as cat:
+        cat.add_library(tmp_path / "photos")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_CATALOG_OPEN, str(path)], cwd=Path(__file__).resolve().parents[2],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        before = sorted(p.name for p in tmp_path.iterdir())
+        with pytest.raises(CatalogError, match="open in another Longlens process"):
+            rebuild_catalog(path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing renamed, no temp file
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert holder.returncode == 0
+    report = rebuild_catalog(path)  # nobody has it open any more
+    assert report.copied["libraries"] == 1
+    with Catalog(path) as cat:
+        assert [lib.root for lib in cat.libraries()] == [str(tmp_path / "photos")]
