@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import limits
+from engine.cli import common
 from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text
 from engine.grounding.items import check_caption, load_image
@@ -31,12 +32,14 @@ def register(sub: Any) -> None:
 
 
 def model_args(p: argparse.ArgumentParser) -> None:
-    """--model, --method and --device, as `ground` and `check` take them."""
+    """--model, --method, --device and --text-tower, as `ground` and `check` take them (the ones not
+    given come from the settings, as in the app's Inspector and Review panel)."""
     p.add_argument("--model", help="model to ground with (default: the settings' model)")
     p.add_argument("--method", choices=["patch", "align", "gradcam"],
                    help="map method (default: gradcam for BLIP; for sceneworld-mini its matching head's "
                         "phrase-patch alignment, or shifted patch similarity when the head has none)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: the settings' device, auto)")
+    p.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder (default: the settings')")
 
 
 def load_grounder(args: argparse.Namespace) -> Any:
@@ -44,8 +47,9 @@ def load_grounder(args: argparse.Namespace) -> Any:
     from engine.grounding import get_grounder
     from engine.services import Services
 
+    args = common.with_settings(args)
     with Services(get_paths(args.home)) as svc:
-        embedder = svc.embedder(args.model, device=args.device)
+        embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
     grounder = get_grounder(embedder, method=args.method)
     if grounder is None:
         raise LonglensError(f"grounding is not available for model {embedder.model_id!r}")

@@ -4,6 +4,7 @@ engine.search.filters): one file, one validation, one message."""
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 
@@ -29,7 +30,7 @@ def recorded(monkeypatch):
 
     def embedder(self, name=None, device="auto", text_tower=None):
         seen["embedder"] = {"device": device, "text_tower": text_tower}
-        return object()
+        return types.SimpleNamespace(model_id="recorded")  # no backend: grounding is refused
 
     def indexer(self, embedder, **kwargs):
         seen["indexer"] = kwargs
@@ -73,6 +74,15 @@ def test_cli_and_gui_read_the_same_settings(paths, tmp_path, recorded, capsys):
     assert engine_cli.main(["index", str(photos), "--batch-size", "8", "--device", "cuda"]) == 2
     assert recorded["indexer"] == {"batch_size": 8, "decode_workers": 3}
     assert recorded["embedder"]["device"] == "cuda"
+    # ground (and check, which shares its model options) load the model the Inspector and the
+    # Review panel use: the settings' device and text tower.
+    from PIL import Image
+
+    picture = tmp_path / "picture.png"
+    Image.new("RGB", (32, 24), (200, 30, 30)).save(picture)
+    recorded.clear()
+    assert engine_cli.main(["ground", str(picture), "A red picture.", "--out", str(tmp_path / "g")]) == 2
+    assert recorded["embedder"] == {"device": "cpu", "text_tower": tower}
     capsys.readouterr()
 
 
