@@ -257,10 +257,11 @@ def test_thumbnail_loader_keeps_only_recent_requests(qtbot):
     gate.set()
     qtbot.waitUntil(lambda: loader._drainers == 0, timeout=WAIT_MS)
     loader.shutdown()
-    # Perhaps the first one (already running when the rest came), then the newest five, newest first;
-    # the 44 older requests were dropped, never made.
+    # Perhaps one older request (the one the worker had already taken when the rest came: p0, or a
+    # later one when the worker thread started late on a busy machine), then the newest five,
+    # newest first; every other older request was dropped, never made.
     assert made[-5:] == ["p49", "p48", "p47", "p46", "p45"]
-    assert len(made) <= 6 and set(made[:-5]) <= {"p0"}
+    assert len(made) <= 6 and all(int(p[1:]) < 45 for p in made[:-5])
     assert loader.requests == 50
 
 
