@@ -21,6 +21,8 @@ JOBS: dict[str, tuple[str, str]] = {
     "calibrate": ("engine.evaluation.grounding_calibration", "fit a model's grounding calibration (make demo-model)"),
     "sceneworld-report": ("engine.evaluation.sceneworld_report",
                           "measure sceneworld-mini and write docs/sceneworld.md (make sceneworld-report)"),
+    "lexical-shift": ("engine.evaluation.lexical_shift",
+                      "long-query retrieval on the SceneWorld lexical-shift set (docs/language-towers.md)"),
     "reproduction": ("engine.training.reproduction",
                      "run the C1-C10 SceneWorld study and write docs/reproduction.md (make reproduction)"),
     "bench-ann": ("engine.bench.ann", "ANN recall, latency and size against exact search (make bench)"),
