@@ -78,6 +78,20 @@ class LMTowerAdapter:
         return save_tower(self.tower, out_dir, extra={"training": cfg.to_dict(), **extra})
 
 
+def check_tower_ref(ref: str | Path) -> None:
+    """Refuse a text-tower reference that names neither a folder nor a packaged tower, before any
+    work starts (nothing is loaded)."""
+    folder = Path(str(ref)).expanduser()
+    if folder.is_dir():
+        if not (is_tower_folder(folder) or (folder / "config.json").is_file()):
+            raise ModelError(f"{folder} is neither an LM text tower folder (lm_tower.json) nor a language-model "
+                             "folder (config.json)")
+        return
+    if str(ref) not in PACKAGED_TOWERS:
+        raise ModelError(f"{str(ref)!r} is neither a text tower or language-model folder nor one of "
+                         f"{', '.join(PACKAGED_TOWERS)}")
+
+
 def resolve_tower(ref: str | Path, *, embed_dim: int, train_layers: int | str | None = None,
                   device: str = "cpu", seed: int = 0) -> LMTextTower:
     """The tower `--text-tower` names: a tower folder (lm_tower.json, trained before), a local
@@ -96,10 +110,8 @@ def resolve_tower(ref: str | Path, *, embed_dim: int, train_layers: int | str | 
         return tower
     if folder.is_dir():
         return lm_tower.tower_from_pretrained(folder, embed_dim=embed_dim, train_layers=k, seed=seed).to(device)
-    if text in PACKAGED_TOWERS:
-        return lm_tower.minilm_from_package(embed_dim, train_layers=k, seed=seed).to(device)
-    raise ModelError(f"{text!r} is neither a text tower or language-model folder nor one of "
-                     f"{', '.join(PACKAGED_TOWERS)}")
+    check_tower_ref(text)
+    return lm_tower.minilm_from_package(embed_dim, train_layers=k, seed=seed).to(device)
 
 
 def make_lm_tower_adapter(ref: str | Path, *, embed_dim: int, train_layers: int | str | None = None,

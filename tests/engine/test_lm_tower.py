@@ -251,3 +251,17 @@ def test_minilm_from_the_package_mean_pools_bert_states():
         torch.testing.assert_close(ours, manual, atol=1e-5, rtol=1e-5)
         expected = torch.nn.functional.normalize(tower.proj(manual), dim=-1).numpy()
     np.testing.assert_allclose(emb, expected, atol=1e-5)
+
+
+def test_a_tower_from_a_local_hugging_face_decoder_folder(tmp_path):
+    from engine.training.lm_tower_adapter import check_tower_ref, resolve_tower
+
+    tiny = L.tiny_tower("llama")
+    tiny.lm.save_pretrained(str(tmp_path / "hf"))
+    tiny.tokenizer.save_pretrained(str(tmp_path / "hf"))
+    check_tower_ref(tmp_path / "hf")
+    with pytest.raises(ModelError, match="neither"):
+        check_tower_ref(tmp_path / "nothing-here")
+    tower = resolve_tower(tmp_path / "hf", embed_dim=8, train_layers=2)
+    assert (tower.cfg.kind, tower.cfg.arch, tower.cfg.pooling, tower.cfg.train_layers) == ("decoder", "llama", "last", 2)
+    assert not L.is_causal_lm(tower.lm) and tower.encode(["a cube"]).shape == (1, 8)
