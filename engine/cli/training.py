@@ -37,6 +37,21 @@ def _grad_accum(value: str) -> int | str:
 _grad_accum.number = GRAD_ACCUM  # type: ignore[attr-defined]  # its range, for the option tests
 
 
+TRAIN_LAYERS = options.count("trained layers", 0, 4096)
+
+
+def _train_layers(value: str) -> int | str:
+    if value.strip() == "all":
+        return "all"
+    try:
+        return TRAIN_LAYERS.parse(value)
+    except options.OptionError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or 'all')") from None
+
+
+_train_layers.number = TRAIN_LAYERS  # type: ignore[attr-defined]  # its range, for the option tests
+
+
 def register(sub: Any) -> None:
     tp = sub.add_parser(
         "train",
@@ -59,6 +74,12 @@ def register(sub: Any) -> None:
     tp.add_argument("--warmup-steps", type=options.STEPS)
     tp.add_argument("--temperature", type=options.TEMPERATURE)
     tp.add_argument("--init-text-tower", type=Path, help="start from this text-tower override instead of the base's")
+    tp.add_argument("--text-tower", metavar="NAME_OR_FOLDER",
+                    help="train a pretrained language model as the text tower instead of the base's own, against "
+                    "the base's frozen image embeddings: an LM tower folder (lm_tower.json), a local Hugging Face "
+                    "model folder, or all-MiniLM-L6-v2 (packaged); writes an LM tower folder")
+    tp.add_argument("--train-layers", type=_train_layers,
+                    help="with --text-tower: train its top K transformer layers (0: the projection only; 'all')")
     tp.add_argument("--cache", type=Path, help="embedding cache folder (default: under the Longlens cache)")
     tp.add_argument("--checkpoint-every", type=CHECKPOINT_EVERY, default=500, help="steps between checkpoints (0: only at the end)")
     tp.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
@@ -67,7 +88,9 @@ def register(sub: Any) -> None:
     tp.add_argument("--json", action="store_true", help="print the run summary as JSON")
     tp.add_argument("--quiet", action="store_true", help="no progress bar")
     tp.set_defaults(func=cmd_train, flags={"resume": "--resume", "out_dir": "--out", "batch_size": "--batch-size",
-                                          "cache_dir": "--cache", "model": "--base"})
+                                          "cache_dir": "--cache", "model": "--base",
+                                          "text_tower": "--text-tower", "train_layers": "--train-layers",
+                                          "init_text_tower": "--init-text-tower"})
     tsub = tp.add_subparsers(dest="train_cmd", metavar="{cache,validate}")
 
     tc = tsub.add_parser("cache", help="compute the frozen image embeddings of a data file (resumable)")
@@ -125,6 +148,11 @@ def _check_train_out(args: argparse.Namespace, out: Path, what: str, kind: str, 
                  library_roots=library_roots(args.home))
 
 
+def _tower_folder(ref: str | None) -> Path | None:
+    """An --text-tower that names a folder: it is an input of the run (not a packaged name)."""
+    return Path(ref).expanduser() if ref and Path(ref).expanduser().exists() else None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from engine.training.configs import load_config
     from engine.training.run import TrainRequest, train_job
@@ -133,7 +161,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if missing:
         raise LonglensError(f"`longlens train` needs {', '.join(missing)} "
                             "(or use `longlens train cache` / `longlens train validate`)")
-    _check_train_out(args, args.out, "training output", "train", [args.data, args.init_text_tower, args.cache])
+    _check_train_out(args, args.out, "training output", "train", [args.data, args.init_text_tower, args.cache,
+                                                                        _tower_folder(args.text_tower)])
     fixed_accum = args.grad_accum if isinstance(args.grad_accum, int) else None
     cfg = load_config(args.config, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                       grad_accum=fixed_accum, seed=args.seed, warmup_steps=args.warmup_steps,
@@ -142,7 +171,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     req = TrainRequest(data=args.data, base=args.base, out_dir=args.out, config=cfg, cache_dir=args.cache,
                        device=args.device, resume=args.resume, strict=args.strict,
                        checkpoint_every=args.checkpoint_every, init_text_tower=args.init_text_tower,
-                       auto_grad_accum=fixed_accum is None)
+                       auto_grad_accum=fixed_accum is None, text_tower=args.text_tower,
+                       train_layers=args.train_layers)
     last = run_training_job(lambda tok: train_job(req, paths, tok), quiet=args.quiet or args.json)
     extra = dict(last.extra) if last is not None else {}
     if args.json:

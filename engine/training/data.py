@@ -307,3 +307,28 @@ def write_training_lines(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
 
     atomic_write_text(Path(path), "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows))
     return Path(path)
+
+
+def sample_sentences(paragraph: str, rng: Any, sampling: float | int | None) -> str:
+    """A random subset of a paragraph's sentences, in their order (the recipe's "sentence
+    sampling" augmentation, arXiv 2412.15396): `sampling` is a fraction in (0, 1] of the
+    sentences (at least one is kept) or a count (at most all); None: the paragraph unchanged.
+    Sentences are the one splitter's (engine.text.sentences); `rng` is a numpy Generator."""
+    from engine.text.sentences import split_sentences
+
+    if sampling is None:
+        return paragraph
+    spans = split_sentences(paragraph)
+    n = len(spans)
+    if n <= 1:
+        return paragraph
+    if isinstance(sampling, bool) or not isinstance(sampling, (int, float)) or sampling <= 0:
+        raise ValueError(f"sentence sampling {sampling!r}: use a fraction in (0, 1] or a count >= 1")
+    if isinstance(sampling, float):
+        if sampling > 1.0:
+            raise ValueError(f"sentence sampling fraction {sampling} is above 1")
+        k = max(1, min(n, round(sampling * n)))
+    else:
+        k = min(int(sampling), n)
+    keep = sorted(int(i) for i in rng.choice(n, size=k, replace=False))
+    return " ".join(paragraph[spans[i][0] : spans[i][1]] for i in keep)

@@ -45,6 +45,11 @@ class TrainRequest:
     checkpoint_every: int = 500
     init_text_tower: Path | None = None
     auto_grad_accum: bool = False  # on a CUDA out-of-memory error at the first step, double grad_accum
+    # An LM text tower (engine/models/lm_tower.py) trained instead of the base's own text tower, against
+    # the base's frozen image embeddings: a tower folder, a local language-model folder or a packaged
+    # name (engine.training.lm_tower_adapter.resolve_tower); train_layers: its top k layers or "all".
+    text_tower: str | None = None
+    train_layers: int | str | None = None
     cache_batch_size: int = 64
 
 
@@ -64,6 +69,7 @@ def _fingerprint(req: TrainRequest, base_name: str) -> dict[str, Any]:
         "data_sha256": sha256_file(req.data),
         "base": base_name,
         "init_text_tower": str(req.init_text_tower) if req.init_text_tower else None,
+        **({"text_tower": req.text_tower, "train_layers": req.train_layers} if req.text_tower else {}),
     }
 
 
@@ -72,7 +78,8 @@ def _check_resume(out_dir: Path, fp: dict[str, Any]) -> None:
     if not path.is_file():
         return
     old = json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {})
-    diffs = [k for k in ("config", "data_sha256", "base", "init_text_tower") if old.get(k) != fp.get(k)]
+    diffs = [k for k in ("config", "data_sha256", "base", "init_text_tower", "text_tower", "train_layers")
+             if old.get(k) != fp.get(k)]
     if diffs:
         raise ConfigError(f"cannot resume: {out_dir} holds a run with a different {', '.join(diffs)}; "
                           "use a new output folder or start afresh instead of resuming", settings=("resume", "out_dir"))
@@ -96,6 +103,15 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
     if not req.resume and (out_dir / "checkpoint" / "state.pt").exists():
         raise ConfigError(f"{out_dir} already holds a training run; resume it to continue it or "
                           "choose another output folder", settings=("resume", "out_dir"))
+    if req.text_tower is not None and req.init_text_tower is not None:
+        raise ConfigError("an LM text tower starts from its own weights; give either the LM text tower or the "
+                          "text tower to start from, not both", settings=("text_tower", "init_text_tower"))
+    if req.train_layers is not None and req.text_tower is None:
+        raise ConfigError("the number of trained layers applies to an LM text tower only", settings=("train_layers",))
+    if req.text_tower is not None:
+        from engine.training.lm_tower_adapter import check_tower_ref
+
+        check_tower_ref(req.text_tower)
     base = resolve_base(req.base, paths)
 
     yield Progress("validate", 0, None, f"reading {req.data}")
@@ -131,7 +147,15 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
     if len(examples) < cfg.batch_size:
         raise LonglensError(f"only {len(examples)} images could be embedded; fewer than one batch")
 
-    adapter = make_adapter(base, device=req.device, init_text_tower=req.init_text_tower)
+    if req.text_tower is not None:
+        from engine.training.lm_tower_adapter import make_lm_tower_adapter
+
+        # A resumed run rebuilds the same start (the projection is seeded by the config's seed) and
+        # the trainer then restores the trained tensors from its checkpoint.
+        adapter = make_lm_tower_adapter(req.text_tower, embed_dim=int(vectors.shape[1]), train_layers=req.train_layers,
+                                        device=req.device, seed=cfg.seed)
+    else:
+        adapter = make_adapter(base, device=req.device, init_text_tower=req.init_text_tower)
     device = getattr(adapter, "device", "cpu")
     emb = torch.from_numpy(np.ascontiguousarray(vectors)).to(device)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -70,7 +70,13 @@ def texts_for(ex: Example, cfg: TrainConfig, rng: np.random.Generator) -> list[t
             pool = [ex.original, *ex.positives]
             out.append((pool[rng.integers(len(pool))], inp.tokens))
         elif inp.source == "paragraph":
-            out.append((ex.paragraph, inp.tokens))
+            sampling = cfg.extra.get("sentence_sampling")  # e.g. an LM tower's option
+            if sampling is None:
+                out.append((ex.paragraph, inp.tokens))
+            else:
+                from engine.training.data import sample_sentences
+
+                out.append((sample_sentences(ex.paragraph, rng, sampling), inp.tokens))
     return out
 
 
