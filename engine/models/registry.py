@@ -443,9 +443,11 @@ def model_identity(name: str, manifest: Mapping[str, Any], text_tower_dir: Path 
     text_parts = {rel: e["sha256"] for rel, e in files.items()}
     if text_tower_dir is not None:
         tower = Path(text_tower_dir)
-        for p in sorted(tower.iterdir()) if tower.is_dir() else ():
+        # Every file, nested ones too (a language-model tower keeps its tokenizer in tokenizer/);
+        # a top-level file keeps the key it always had, so flat towers keep their identity.
+        for p in sorted(tower.rglob("*")) if tower.is_dir() else ():
             if p.is_file() and p.name not in IGNORED_JUNK:
-                text_parts[f"override-tower/{p.name}"] = sha256_file(p)
+                text_parts[f"override-tower/{p.relative_to(tower).as_posix()}"] = sha256_file(p)
     text = f"{name}{IDENTITY_SEPARATOR}{_digest({'backend': backend, **text_parts})}"
     return ModelIdentity(name, image, text)
 

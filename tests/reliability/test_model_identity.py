@@ -178,3 +178,25 @@ def test_training_cache_refuses_another_identity_of_an_installed_model(two_model
     assert cli("models", "import", str(changed), "--name", NAME, "--replace")[0] == 0
     with pytest.raises(CacheError, match="its files changed since"):
         EmbeddingCache.create_or_open(tmp_path / "cache", load_embedder(NAME, paths, device="cpu"))
+
+
+def test_a_tower_file_in_a_subfolder_is_part_of_the_text_identity(tmp_path):
+    """A language-model tower keeps its tokenizer in tokenizer/: a different tokenizer is another tower."""
+    from engine.models.registry import model_identity
+
+    manifest = {"backend": "blip", "files": {"config.json": {"sha256": "0" * 64, "size": 2}}}
+    tower = tmp_path / "tower"
+    (tower / "tokenizer").mkdir(parents=True)
+    (tower / "model.safetensors").write_bytes(b"weights")
+    (tower / "tokenizer" / "tokenizer.json").write_text('{"a": 1}', encoding="utf-8")
+    first = model_identity("m", manifest, tower)
+    (tower / "tokenizer" / "tokenizer.json").write_text('{"a": 2}', encoding="utf-8")
+    second = model_identity("m", manifest, tower)
+    assert first.image == second.image  # a text tower never changes the image side
+    assert first.text != second.text
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "model.safetensors").write_bytes(b"weights")
+    (tower / "tokenizer" / "tokenizer.json").unlink()
+    (tower / "tokenizer").rmdir()
+    assert model_identity("m", manifest, flat).text == model_identity("m", manifest, tower).text
