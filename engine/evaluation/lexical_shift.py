@@ -7,9 +7,13 @@ one vocabulary class shifted at a time ("shift:colour", ...). Text-to-image R@1/
 median rank of the right image, plus image-to-text R@1, over the same image embeddings.
 
 The text side is any callable that maps a list of texts to L2-normalised vectors in the image
-space, so a different text tower (`--text-tower FOLDER`) is measured by the same code.
+space, so a different text tower (`--text-tower FOLDER`) is measured by the same code: a
+sceneworld-mini text-tower folder is loaded over the model's own; an LM text-tower folder (one with
+lm_tower.json, engine/models/lm_tower.py) encodes the texts itself (images still come from the
+model's vision tower), and its report goes to a section of its own (`lexical-shift-FOLDERNAME`
+unless `--section`).
 
-`longlens dev lexical-shift [--n 1000] [--seed 1000] [--text-tower FOLDER] [--out docs/language-towers.md]`
+`longlens dev lexical-shift [--n 1000] [--seed 1000] [--text-tower FOLDER] [--section NAME] [--out docs/language-towers.md]`
 """
 
 from __future__ import annotations
@@ -72,22 +76,56 @@ def measure(image_emb: np.ndarray, scenes: Sequence, encode_texts: EncodeTexts, 
     return out
 
 
+def is_lm_tower(folder: Path | None) -> bool:
+    """Whether `folder` is an LM text-tower folder (lm_tower.json), not a sceneworld-mini text tower."""
+    if folder is None:
+        return False
+    from engine.models.lm_tower import is_tower_folder
+
+    return is_tower_folder(folder)
+
+
+def length_sorted(encode: EncodeTexts) -> EncodeTexts:
+    """`encode` over texts sorted by length (less padding per batch), results in the input order."""
+    def run(texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.asarray(encode([texts[i] for i in order]))
+        back = np.empty_like(out)
+        back[np.asarray(order, dtype=np.int64)] = out
+        return back
+    return run
+
+
 def run(model_dir: Path, seed: int, n: int, *, text_tower: Path | None = None, rng_seed: int = 0,
         per_class: bool = True, device: str = "cpu") -> dict:
     from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
     from engine.bench.report import machine_description
     from engine.evaluation.sceneworld import embed_scenes
 
-    emb = SceneWorldMiniEmbedder(model_dir, device=device, text_tower_dir=text_tower)
+    lm = is_lm_tower(text_tower)
+    emb = SceneWorldMiniEmbedder(model_dir, device=device, text_tower_dir=None if lm else text_tower)
+    if lm:
+        from engine.models.lm_tower import load_tower
+
+        tower = load_tower(text_tower, device)
+        if tower.dim != emb.dim:
+            raise ValueError(f"the LM text tower in {text_tower} projects to {tower.dim} dimensions, the model's "
+                             f"image embeddings have {emb.dim}")
+        encode: EncodeTexts = length_sorted(lambda texts: tower.encode(list(texts)))
+        text_model, max_tokens = f"{emb.model_id} images + LM tower {tower.cfg.name or text_tower.name}", tower.cfg.max_tokens
+    else:
+        encode = lambda texts: emb.encode_texts(list(texts))  # noqa: E731
+        text_model, max_tokens = emb.text_model_id, emb.default_text_tokens
     t = time.perf_counter()
     data = embed_scenes(emb, seed, n)
     image_s = time.perf_counter() - t
     t = time.perf_counter()
-    results = measure(data.images, data.scenes, lambda texts: emb.encode_texts(list(texts)),
-                      rng_seed=rng_seed, per_class=per_class)
+    results = measure(data.images, data.scenes, encode, rng_seed=rng_seed, per_class=per_class)
     return {"benchmark": "sceneworld-lexical-shift", "seed": seed, "n": n, "rng_seed": rng_seed,
             "model_dir": str(model_dir), "text_tower": str(text_tower) if text_tower else None,
-            "text_model": emb.text_model_id, "max_tokens": emb.default_text_tokens,
+            "text_tower_kind": "lm" if lm else ("sceneworld-mini" if text_tower else None),
+            "text_model": text_model, "max_tokens": max_tokens,
             "image_embed_s": round(image_s, 1), "text_s": round(time.perf_counter() - t, 1),
             "machine": machine_description(), "results": results}
 
@@ -137,8 +175,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rng-seed", type=options.SEED, default=0, help="seed of the rewrites (default 0)")
     ap.add_argument("--no-per-class", action="store_true", help="skip the one-class-at-a-time conditions")
     ap.add_argument("--out", type=Path, help="Markdown file whose 'lexical-shift' section is (re)written")
+    ap.add_argument("--section", default=None,
+                    help="the section of --out to (re)write (default 'lexical-shift'; for an LM text tower "
+                         "'lexical-shift-FOLDERNAME', so the baseline section stays)")
     ap.add_argument("--json-out", type=Path, help="write the measurement as JSON here")
     return ap
+
+
+def section_name(section: str | None, text_tower: Path | None) -> str:
+    if section:
+        return section
+    if is_lm_tower(text_tower):
+        return f"{SECTION}-{Path(text_tower).resolve().name}"
+    return SECTION
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,12 +209,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             per_class=not args.no_per_class)
     command = "longlens dev lexical-shift" + (f" --n {args.n}" if args.n != 1000 else "") + (
         f" --seed {args.seed}" if args.seed != 1000 else "") + (
-        f" --text-tower {args.text_tower}" if args.text_tower else "")
+        f" --text-tower {args.text_tower}" if args.text_tower else "") + (
+        " --no-per-class" if args.no_per_class else "")
     text = render(m, command)
     if args.out:
         from engine.bench.report import update_section
 
-        update_section(args.out, SECTION, text)
+        update_section(args.out, section_name(args.section, args.text_tower), text)
     if args.json_out:
         from engine.fileutil import atomic_write_text
 

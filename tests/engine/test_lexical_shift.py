@@ -215,3 +215,34 @@ def test_dev_command_writes_its_section(tmp_path):
     m = json.loads(js.read_text())
     assert m["n"] == 20 and set(m["results"]) == {"grammar", *ls.VARIANTS}
     assert main(["dev", "lexical-shift", "--n", "2", "--seed", "5"]) == 2  # a training seed is refused
+
+
+def test_dev_command_measures_an_lm_tower_folder_in_its_own_section(tmp_path):
+    """An LM text-tower folder (lm_tower.json) encodes the texts; images still come from
+    sceneworld-mini's vision tower; the report goes to a section of its own."""
+    pytest.importorskip("transformers")
+    from engine.backends.sceneworld_mini.network import load_model
+    from engine.cli import main
+    from engine.evaluation.lexical_shift import length_sorted
+    from engine.models.lm_tower import save_tower, tiny_tower
+    from engine.models.registry import bundled_model_dir
+
+    dim = load_model(bundled_model_dir("sceneworld-mini"), "cpu").cfg.embed_dim
+    folder = save_tower(tiny_tower("bert", embed_dim=dim, train_layers=0), tmp_path / "tiny-lm")
+    out = tmp_path / "language-towers.md"
+    out.write_text("# Language towers\n\n<!-- lexical-shift:begin -->\nbaseline\n<!-- lexical-shift:end -->\n")
+    js = tmp_path / "ls.json"
+    assert main(["dev", "lexical-shift", "--n", "5", "--no-per-class", "--text-tower", str(folder),
+                 "--out", str(out), "--json-out", str(js)]) == 0
+    text = out.read_text()
+    assert "<!-- lexical-shift:begin -->\nbaseline\n<!-- lexical-shift:end -->" in text  # the baseline stays
+    assert "<!-- lexical-shift-tiny-lm:begin -->" in text and "LM tower tiny-bert" in text
+    m = json.loads(js.read_text())
+    assert m["n"] == 5 and m["text_tower_kind"] == "lm" and set(m["results"]) == {"grammar", *ls.VARIANTS}
+    # wrong width: refused
+    bad = save_tower(tiny_tower("bert", embed_dim=dim + 1, train_layers=0), tmp_path / "bad-lm")
+    with pytest.raises(ValueError, match="projects to"):
+        main(["dev", "lexical-shift", "--n", "5", "--no-per-class", "--text-tower", str(bad)])
+    # length sorting keeps the input order
+    enc = length_sorted(lambda texts: np.array([[len(t)] for t in texts], np.float32))
+    assert enc(["ccc", "a", "bb"]).ravel().tolist() == [3.0, 1.0, 2.0]

