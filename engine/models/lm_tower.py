@@ -391,9 +391,14 @@ def sentence_transformers_pooling(folder: Path) -> str | None:
     path = Path(folder) / "1_Pooling" / "config.json"
     if not path.is_file():
         return None
+    from engine.fileutil import read_user_text
+
     try:
-        conf = json.loads(path.read_text(encoding="utf-8"))
+        # A few hundred bytes in a real folder; anything much larger is not this file.
+        conf = json.loads(read_user_text(path, max_bytes=1 << 20))
     except (OSError, ValueError):
+        return None
+    if not isinstance(conf, dict):
         return None
     if conf.get("pooling_mode_mean_tokens"):
         return "mean"

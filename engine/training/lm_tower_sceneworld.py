@@ -147,11 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lm", default="minilm", help="a language-model folder or 'minilm' (the packaged MiniLM-L6)")
     ap.add_argument("--seed", type=options.SEED, default=0, help="SceneWorld training seed (< 1000)")
     ap.add_argument("--n", type=options.SCENES, default=8000, help="training scenes (default 8000)")
-    ap.add_argument("--val", type=int, default=500, help="held-out training-seed scenes after the n (default 500)")
-    ap.add_argument("--epochs", type=int, default=60)
-    ap.add_argument("--lr", type=float, default=2e-3, help="AdamW learning rate (C5's 1e-5 suits fine-tuning)")
-    ap.add_argument("--warmup-steps", type=int, default=50)
-    ap.add_argument("--latency-reps", type=int, default=50)
+    ap.add_argument("--val", type=options.count("number of held-out scenes", 1, 1_000_000), default=500, help="held-out training-seed scenes after the n (default 500)")
+    ap.add_argument("--epochs", type=options.EPOCHS, default=60)
+    ap.add_argument("--lr", type=options.LEARNING_RATE, default=2e-3, help="AdamW learning rate (C5's 1e-5 suits fine-tuning)")
+    ap.add_argument("--warmup-steps", type=options.STEPS, default=50)
+    ap.add_argument("--latency-reps", type=options.count("number of latency repetitions", 1, 100_000), default=50)
     ap.add_argument("--device", default="cpu")
     return ap
 

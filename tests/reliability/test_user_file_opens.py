@@ -554,6 +554,7 @@ READS_ALLOWED: dict[tuple[str, str], str] = {
     ("engine/models/tokenizers.py", "read_vocab"): "a vocabulary file shipped with the package",
     ("engine/backends/sceneworld_mini/network.py", "init_token_embeddings_from_minilm"): "a downloaded, hash-pinned model file",
     ("engine/backends/sceneworld_mini/network.py", "load_model"): "model folders (see note)",
+    ("engine/models/lm_tower.py", "load_tower"): "model folders (see note)",
     ("engine/backends/sceneworld_mini/network.py", "load_text_tower"): "model folders (see note)",
     ("engine/models/download.py", "_validate_hf_folder"): "the staging copy the import wrote itself",
     ("engine/models/download.py", "_convert_pickle_to_safetensors"): "a downloaded file whose pinned hash matched",
