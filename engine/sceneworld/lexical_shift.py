@@ -41,6 +41,8 @@ from engine.sceneworld.world import KINDS, Paragraph, Phrase, Scene, Span
 
 __all__ = [
     "CLASSES",
+    "TEST_TABLE",
+    "ParaphraseTable",
     "COLOUR_ALT",
     "COUNT_ALT",
     "DEFINITE_COUNT_ALT",
@@ -227,28 +229,60 @@ STOP_WORDS: frozenset[str] = frozenset({
 
 CLASSES: tuple[str, ...] = ("kind", "colour", "size", "pattern", "count", "relation", "position", "setting")
 
+
+@dataclass(frozen=True)
+class ParaphraseTable:
+    """One paraphrase table: the same shapes as the module-level tables above. A class whose
+    tables are empty is not covered (`covered()`); rewriting with it raises ValueError."""
+
+    kind: dict[str, tuple[tuple[str, str], ...]]
+    colour: dict[str, tuple[str, ...]]
+    size: dict[str, tuple[str, ...]]
+    pattern: dict[str, tuple[str, ...]]
+    pattern_noun: dict[str, tuple[str, ...]]
+    count: dict[int, tuple[str, ...]]
+    definite_count: dict[int, tuple[str, ...]]
+    relation: dict[str, tuple[str, ...]]
+    inside_verb: tuple[str, ...]
+    position: dict[tuple[str, str], tuple[str, ...]]
+    setting: dict[str, tuple[tuple[str, str, str], ...]]
+    scenery: dict[str, tuple[str, ...]]
+    summary: tuple[str, ...]
+
+    def covered(self) -> tuple[str, ...]:
+        """The vocabulary classes this table can rewrite."""
+        alts = alternatives(self)
+        return tuple(c for c in CLASSES if alts[c])
+
+
+# The test table (the lexical-shift test set's wording).
+TEST_TABLE = ParaphraseTable(KIND_ALT, COLOUR_ALT, SIZE_ALT, PATTERN_ALT, PATTERN_NOUN_ALT, COUNT_ALT,
+                             DEFINITE_COUNT_ALT, RELATION_ALT, INSIDE_VERB_ALT, POSITION_ALT, SETTING_ALT,
+                             SCENERY_ALT, SUMMARY_ALT)
+
 # variant name -> stream number (the last entry of the rng seed)
 VARIANTS: dict[str, int] = {"shift": 0, "reordered": 1, "merged": 2, "shift+reordered": 3, "shift+merged": 4}
 
 
-def alternatives() -> dict[str, list[str]]:
-    """Every alternative of the table, by vocabulary class."""
+def alternatives(table: ParaphraseTable | None = None) -> dict[str, list[str]]:
+    """Every alternative of the table (default: the test table), by vocabulary class."""
+    t = table or TEST_TABLE
     return {
-        "kind": [w for alts in KIND_ALT.values() for pair in alts for w in pair],
-        "colour": [w for alts in COLOUR_ALT.values() for w in alts],
-        "size": [w for alts in SIZE_ALT.values() for w in alts],
-        "pattern": [w for d in (PATTERN_ALT, PATTERN_NOUN_ALT) for alts in d.values() for w in alts],
-        "count": [w for d in (COUNT_ALT, DEFINITE_COUNT_ALT) for alts in d.values() for w in alts],
-        "relation": [w for alts in RELATION_ALT.values() for w in alts] + list(INSIDE_VERB_ALT),
-        "position": [w for alts in POSITION_ALT.values() for w in alts],
-        "setting": [w for alts in SETTING_ALT.values() for t in alts for w in t]
-                   + [w for alts in SCENERY_ALT.values() for w in alts] + list(SUMMARY_ALT),
+        "kind": [w for alts in t.kind.values() for pair in alts for w in pair],
+        "colour": [w for alts in t.colour.values() for w in alts],
+        "size": [w for alts in t.size.values() for w in alts],
+        "pattern": [w for d in (t.pattern, t.pattern_noun) for alts in d.values() for w in alts],
+        "count": [w for d in (t.count, t.definite_count) for alts in d.values() for w in alts],
+        "relation": [w for alts in t.relation.values() for w in alts] + list(t.inside_verb),
+        "position": [w for alts in t.position.values() for w in alts],
+        "setting": [w for alts in t.setting.values() for tr in alts for w in tr]
+                   + [w for alts in t.scenery.values() for w in alts] + list(t.summary),
     }
 
 
-def table_size() -> dict[str, int]:
+def table_size(table: ParaphraseTable | None = None) -> dict[str, int]:
     """Number of distinct alternatives per class."""
-    return {k: len(set(v)) for k, v in alternatives().items()}
+    return {k: len(set(v)) for k, v in alternatives(table).items()}
 
 
 # --------------------------------------------------------------------------- the mechanical check
@@ -323,13 +357,13 @@ def grammar_words(n_scenes: int = 5000) -> frozenset[str]:
     return frozenset(words)
 
 
-def table_conflicts(n_scenes: int = 5000) -> dict[str, list[tuple[str, str]]]:
+def table_conflicts(n_scenes: int = 5000, table: ParaphraseTable | None = None) -> dict[str, list[tuple[str, str]]]:
     """class -> [(alternative, grammar word it shares)]: a content word of an alternative that the
     grammar produces, as it is or inflected (same crude stem). Empty lists when the table is clean."""
     grammar = grammar_words(n_scenes) - STOP_WORDS
     stems = {_stem(w): w for w in grammar}
     out: dict[str, list[tuple[str, str]]] = {}
-    for cls, alts in alternatives().items():
+    for cls, alts in alternatives(table).items():
         bad = []
         for alt in alts:
             for w in content_words(alt.replace("{s}", "").replace("{n}", "")):
@@ -416,10 +450,16 @@ def _cap(s: str) -> str:
 
 
 class _Shifter:
-    def __init__(self, scene: Scene, rng: np.random.Generator, classes: Sequence[str]) -> None:
+    def __init__(self, scene: Scene, rng: np.random.Generator, classes: Sequence[str],
+                 table: ParaphraseTable = TEST_TABLE) -> None:
         unknown = set(classes) - set(CLASSES)
         if unknown:
             raise ValueError(f"unknown vocabulary classes {sorted(unknown)}; known: {', '.join(CLASSES)}")
+        if table is not TEST_TABLE:
+            missing = set(classes) - set(table.covered())
+            if missing:
+                raise ValueError(f"the paraphrase table does not cover {sorted(missing)}")
+        self.t = table
         self.scene = scene
         self.rng = rng
         self.classes = set(classes)
@@ -447,11 +487,11 @@ class _Shifter:
         # Attribute words, each either shifted or the grammar's own first wording.
         size = None
         if stated["size"]:
-            size = self.pick(SIZE_ALT[obj.size]) if "size" in c else lang.SIZE_WORDS[obj.size][0]
-        colour = (COLOUR_ALT[obj.colour][self.choice("colour", obj.colour, len(COLOUR_ALT[obj.colour]))]
+            size = self.pick(self.t.size[obj.size]) if "size" in c else lang.SIZE_WORDS[obj.size][0]
+        colour = (self.t.colour[obj.colour][self.choice("colour", obj.colour, len(self.t.colour[obj.colour]))]
                   if "colour" in c else obj.colour)
         if "kind" in c:
-            sg, pl = KIND_ALT[obj.kind][self.choice("kind", obj.kind, len(KIND_ALT[obj.kind]))]
+            sg, pl = self.t.kind[obj.kind][self.choice("kind", obj.kind, len(self.t.kind[obj.kind]))]
         else:
             sg, pl = KINDS[obj.kind].noun, KINDS[obj.kind].plural
         noun = pl if number > 1 else sg
@@ -459,9 +499,9 @@ class _Shifter:
         if stated["pattern"]:
             if "pattern" in c:
                 if self.rng.random() < 0.3:
-                    pattern_tail = self.pick(PATTERN_NOUN_ALT[obj.pattern])
+                    pattern_tail = self.pick(self.t.pattern_noun[obj.pattern])
                 else:
-                    pattern_adj = self.pick(PATTERN_ALT[obj.pattern])
+                    pattern_adj = self.pick(self.t.pattern[obj.pattern])
             else:
                 pattern_adj = lang.PATTERN_ADJ[obj.pattern][0]
         body = " ".join(w for w in (size, pattern_adj, colour, noun) if w)
@@ -469,24 +509,24 @@ class _Shifter:
             body += f" {pattern_tail}"
         if definite:
             if number > 1 and shows_number:
-                head = (self.pick(DEFINITE_COUNT_ALT[number]) if "count" in c and number in DEFINITE_COUNT_ALT
+                head = (self.pick(self.t.definite_count[number]) if "count" in c and number in self.t.definite_count
                         else f"the {lang.NUMBER_WORDS[number]}")
                 return f"{head} {body}"
             return f"the {body}"
         if number == 1:
             return f"{'an' if body[0] in 'aeiou' else 'a'} {body}"
-        head = self.pick(COUNT_ALT[number]) if "count" in c else lang.NUMBER_WORDS[number]
+        head = self.pick(self.t.count[number]) if "count" in c else lang.NUMBER_WORDS[number]
         return f"{head} {body}"
 
     def relation_phrase(self, phrase: Phrase) -> str:
         if "relation" not in self.classes:
             return phrase.text
         if phrase.text in lang.REL_EXTRA_WORDS.get(phrase.relation, ()):
-            return self.pick(INSIDE_VERB_ALT)
-        return self.pick(RELATION_ALT[phrase.relation])
+            return self.pick(self.t.inside_verb)
+        return self.pick(self.t.relation[phrase.relation])
 
     def setting_form(self) -> tuple[str, str, str]:
-        forms = SETTING_ALT[self.scene.setting]
+        forms = self.t.setting[self.scene.setting]
         return forms[self.choice("setting", self.scene.setting, len(forms))]
 
     def gap(self, text: str) -> str:
@@ -496,7 +536,7 @@ class _Shifter:
 
         def sub(m: re.Match[str]) -> str:
             key = _POSITION_SOURCES[m.group(1).lower()]
-            alt = self.pick(POSITION_ALT[key])
+            alt = self.pick(self.t.position[key])
             return _cap(alt) if m.group(1)[0].isupper() else alt
 
         return _POSITION_RE.sub(sub, text)
@@ -508,7 +548,7 @@ class _Shifter:
         if setting_shift and any(b and b in text or a and a in text
                                  for b, a in lang.SETTING_DESCRIPTIONS[self.scene.setting]):
             _, _, definite = self.setting_form()
-            template = self.pick(SCENERY_ALT[self.scene.setting])
+            template = self.pick(self.t.scenery[self.scene.setting])
             at = template.index("{s}")
             out = _cap(template.format(s=definite)) + "."
             start = at if at else 0
@@ -517,7 +557,7 @@ class _Shifter:
         m = _SUMMARY_RE.match(text)
         if m and "count" in self.classes:
             n = _NUMBER_OF_WORD[m.group(2)]
-            return _cap(self.pick(SUMMARY_ALT).format(n=self.pick(COUNT_ALT[n]))) + ".", []
+            return _cap(self.pick(self.t.summary).format(n=self.pick(self.t.count[n]))) + ".", []
         out = ""
         new_phrases: list[Phrase] = []
         pos = 0
@@ -584,11 +624,13 @@ def _rng(scene: Scene, rng_seed: int, variant: str) -> np.random.Generator:
     return np.random.default_rng([rng_seed, scene.seed, scene.index, VARIANTS[variant]])
 
 
-def rewrite_paragraph(scene: Scene, rng_seed: int = 0, *, classes: Sequence[str] = CLASSES,
-                      variant: str = "shift") -> Paragraph:
-    """The scene's paragraph with every word of the given vocabulary classes shifted, as a
-    Paragraph whose phrases and sentence spans point into the new text."""
-    sh = _Shifter(scene, _rng(scene, rng_seed, variant), classes)
+def rewrite_paragraph(scene: Scene, rng_seed: int = 0, *, classes: Sequence[str] | None = None,
+                      variant: str = "shift", table: ParaphraseTable | None = None) -> Paragraph:
+    """The scene's paragraph with every word of the given vocabulary classes (default: every class
+    the table covers) shifted, with the words of `table` (default: the test table), as a Paragraph
+    whose phrases and sentence spans point into the new text."""
+    table = table or TEST_TABLE
+    sh = _Shifter(scene, _rng(scene, rng_seed, variant), table.covered() if classes is None else classes, table)
     return _join([sh.sentence(s, ps) for s, ps in _sentences(scene.paragraph)])
 
 

@@ -17,7 +17,11 @@ embeddings (rendered as sceneworld-mini's training saw them), the cached feature
 saving (save_tower, fp32), and the query-encode latency of one 128-token paragraph with the new
 tower against sceneworld-mini's own text tower, in the same process.
 
-`longlens dev train-lm-tower --out FOLDER [--n 8000] [--val 500] [--epochs 60]`
+`--paraphrase-train K` adds K rewrites of each training paragraph, made with the training-time
+paraphrase table (engine/sceneworld/train_paraphrase.py, no content word shared with the
+lexical-shift test table), as further positives of their image (cached features like the rest).
+
+`longlens dev train-lm-tower --out FOLDER [--n 8000] [--val 500] [--epochs 60] [--paraphrase-train K]`
 
 Training code: imported by commands and jobs only (an import-linter contract).
 """
@@ -66,8 +70,10 @@ def t2i_r1(img: np.ndarray, txt: np.ndarray) -> float:
 
 
 def train_projection(tower, img: torch.Tensor, cap: torch.Tensor, para: torch.Tensor, cfg, *,
-                     val: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict]:
-    """C5's multi-positive InfoNCE over (caption, paragraph) per image, on cached features."""
+                     val: tuple[np.ndarray, np.ndarray] | None = None,
+                     extra: Sequence[torch.Tensor] = ()) -> list[dict]:
+    """C5's multi-positive InfoNCE over (caption, paragraph, *extra) per image, on cached features
+    (extra: further positives, e.g. paraphrased paragraphs, one row per image each)."""
     from engine.training.losses import multi_positive_info_nce
     from engine.training.trainer import lr_at
 
@@ -85,8 +91,8 @@ def train_projection(tower, img: torch.Tensor, cap: torch.Tensor, para: torch.Te
         tower.proj.train()
         for s in range(steps_per_epoch):
             idx = perm[s * b : (s + 1) * b]
-            txt = project(tower, torch.cat([cap[idx], para[idx]]))
-            owner = torch.arange(len(idx)).repeat(2)
+            txt = project(tower, torch.cat([cap[idx], para[idx], *(e[idx] for e in extra)]))
+            owner = torch.arange(len(idx)).repeat(2 + len(extra))
             loss = multi_positive_info_nce(img[idx], txt, owner, scale)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, total, cfg)
@@ -137,6 +143,12 @@ def latency(tower, emb, query: str, reps: int) -> dict:
             "ratio_p50": round(float(lm_ms[0] / sw_ms[0]), 2)}
 
 
+def _train_classes() -> tuple[str, ...]:
+    from engine.sceneworld.train_paraphrase import TRAIN_TABLE
+
+    return TRAIN_TABLE.covered()
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="longlens dev train-lm-tower",
                                  description="Train an LM text tower (k = 0: projection only, cached MiniLM "
@@ -152,8 +164,23 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=options.LEARNING_RATE, default=2e-3, help="AdamW learning rate (C5's 1e-5 suits fine-tuning)")
     ap.add_argument("--warmup-steps", type=options.STEPS, default=50)
     ap.add_argument("--latency-reps", type=options.count("number of latency repetitions", 1, 100_000), default=50)
+    ap.add_argument("--paraphrase-train", type=options.count("number of paraphrased copies per training paragraph", 0, 100), default=0,
+                    help="K rewrites of each training paragraph with the training-time paraphrase table "
+                         "(engine/sceneworld/train_paraphrase.py, disjoint from the lexical-shift test table), added "
+                         "to the training texts as further positives of their image (default 0: none)")
+    ap.add_argument("--paraphrase-seed", type=options.SEED, default=0, help="rewrite seed of --paraphrase-train")
     ap.add_argument("--device", default="cpu")
     return ap
+
+
+def paraphrased_paragraphs(scenes, k: int, rng_seed: int = 0) -> list[list[str]]:
+    """k rewrites of each scene's paragraph with TRAIN_TABLE (every class it covers): [copy][scene].
+    Copy j uses rewrite seed (rng_seed, j): a pure function of (rng_seed, j, scene seed, index)."""
+    from engine.sceneworld.lexical_shift import rewrite_paragraph
+    from engine.sceneworld.train_paraphrase import TRAIN_TABLE
+
+    return [[rewrite_paragraph(s, 1_000_003 * rng_seed + j, table=TRAIN_TABLE).text for s in scenes]
+            for j in range(k)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -211,15 +238,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     phase("features_captions", t)
 
     n = args.n
+    extra: list[torch.Tensor] = []
+    if args.paraphrase_train:
+        t = time.perf_counter()
+        rewrites = paraphrased_paragraphs(scenes[:n], args.paraphrase_train, args.paraphrase_seed)
+        phase("paraphrase_rewrites", t)
+        print("paraphrased:", rewrites[0][0], flush=True)
+        t = time.perf_counter()
+        extra = [torch.from_numpy(pooled_features(tower, texts, PARAGRAPH_TOKENS)) for texts in rewrites]
+        phase("features_paraphrases", t)
     t = time.perf_counter()
     val = (images[n:].astype(np.float32), para[n:]) if args.val else None
     history = train_projection(tower, torch.from_numpy(images[:n].astype(np.float32)), torch.from_numpy(cap),
-                               torch.from_numpy(para[:n]), cfg, val=val)
+                               torch.from_numpy(para[:n]), cfg, val=val, extra=extra)
     phase("train_projection", t)
 
     report = {"job": "train-lm-tower", "lm": tower.cfg.name, "train_layers": 0, "seed": args.seed, "n": n,
               "val": args.val, "texts": "C5: original caption (77 tokens) + paragraph (128 tokens), cached "
-              "pooled features", "config": cfg.to_dict(), "history": history, "phases_s": phases,
+              "pooled features" + (f" + {args.paraphrase_train} TRAIN_TABLE rewrite(s) of each paragraph (128 tokens), "
+                                   f"rewrite seed {args.paraphrase_seed}, classes "
+                                   f"{', '.join(_train_classes())}" if args.paraphrase_train else ""),
+              "paraphrase_train": args.paraphrase_train, "config": cfg.to_dict(), "history": history, "phases_s": phases,
               "paragraphs_per_s": round(rate, 1), "machine": machine_description()}
     t = time.perf_counter()
     save_tower(tower, args.out, half=False, extra={"training": report})
