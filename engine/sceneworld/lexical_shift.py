@@ -65,6 +65,7 @@ __all__ = [
     "reorder_sentences",
     "rewrite_paragraph",
     "table_conflicts",
+    "table_overlap",
     "table_size",
 ]
 
@@ -373,6 +374,24 @@ def table_conflicts(n_scenes: int = 5000, table: ParaphraseTable | None = None) 
                     bad.append((alt, stems[_stem(w)]))
         out[cls] = bad
     return out
+
+
+def table_overlap(a: ParaphraseTable, b: ParaphraseTable) -> list[tuple[str, str]]:
+    """[(alternative of a, content word of b it shares)]: a content word of an alternative of a that
+    is a content word of an alternative of b, as it is or inflected (same crude stem). Empty when the
+    two tables are disjoint (a training table against the test table)."""
+    theirs = {w for alts in alternatives(b).values() for alt in alts
+              for w in content_words(alt.replace("{s}", "").replace("{n}", ""))}
+    stems = {_stem(w): w for w in theirs}
+    bad = []
+    for alts in alternatives(a).values():
+        for alt in alts:
+            for w in content_words(alt.replace("{s}", "").replace("{n}", "")):
+                if w in theirs:
+                    bad.append((alt, w))
+                elif _stem(w) in stems:
+                    bad.append((alt, stems[_stem(w)]))
+    return bad
 
 
 # --------------------------------------------------------------------------- reading a shifted phrase
