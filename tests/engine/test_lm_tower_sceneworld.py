@@ -36,3 +36,20 @@ def test_refuses_a_test_seed(tmp_path):
     from engine.cli import main
 
     assert main(["dev", "train-lm-tower", "--out", str(tmp_path / "t"), "--seed", "1000"]) == 2
+
+
+def test_extra_positives_train_too():
+    """--paraphrase-train: each extra tensor is one more positive per image in the loss."""
+    from engine.models.lm_tower import tiny_tower
+    from engine.training.configs import PRESETS
+    from engine.training.lm_tower_sceneworld import pooled_features, train_projection
+
+    tower = tiny_tower("bert", embed_dim=8, train_layers=0)
+    texts = ["a red cube", "two blue spheres", "a cat", "a house next to a car"] * 4
+    feats = torch.from_numpy(pooled_features(tower, texts, 64))
+    rng = np.random.default_rng(0)
+    img = torch.from_numpy(rng.standard_normal((16, 8)).astype(np.float32))
+    img = img / img.norm(dim=1, keepdim=True)
+    cfg = PRESETS["C5"].with_overrides(batch_size=8, lr=5e-2, epochs=10, warmup_steps=1)
+    hist = train_projection(tower, img, feats, feats, cfg, extra=[feats.flip(1), feats * 0.5])
+    assert hist[-1]["loss"] < hist[0]["loss"]
