@@ -27,6 +27,18 @@ if TYPE_CHECKING:
     from engine.models.base import Embedder
 
 
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """A hook that imports `module` on its first call and calls its `name`: a backend package fills
+    its hooks with these so that importing the package imports neither torch nor transformers."""
+    import importlib
+
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    hook.__name__ = hook.__qualname__ = f"{module}.{name}"
+    return hook
+
+
 @dataclass(frozen=True)
 class ModelBackend:
     #: The manifest's "backend" string, and the `backend` attribute of this backend's embedders.

@@ -5,12 +5,11 @@ inside the hooks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelError
-from engine.models.backend import ModelBackend
+from engine.models.backend import ModelBackend, deferred
 
 NAME = "blip"
 
@@ -46,29 +45,8 @@ def _make_grounder(embedder: Any, calibration: Any, *, method: str | None = None
     return BlipGrounder(embedder, calibration, method=method or "gradcam", **options)
 
 
-def _rerank_support(embedder: Any) -> tuple[bool, str]:
-    from engine.backends.blip.rerank import rerank_support
-
-    return rerank_support(embedder)
 
 
-def _rerank_scores(embedder: Any, images: Sequence[Any], query: str, ann_scores: Sequence[float],
-                   max_tokens: int | None = None) -> Any:
-    from engine.backends.blip.rerank import rerank_scores
-
-    return rerank_scores(embedder, images, query, ann_scores, max_tokens=max_tokens)
-
-
-def _make_training_adapter(folder: Path, **kwargs: Any) -> Any:
-    from engine.backends.blip.training import make_adapter
-
-    return make_adapter(folder, **kwargs)
-
-
-def _embed_training_scenes(folder: Path, scenes: Sequence[Any], device: str) -> Any:
-    from engine.backends.blip.training import embed_training_scenes
-
-    return embed_training_scenes(folder, scenes, device)
 
 
 def _import_config_check(cfg: dict[str, Any]) -> None:
@@ -91,10 +69,10 @@ BACKEND = ModelBackend(
     detect=_detect,
     load_embedder=_load_embedder,
     make_grounder=_make_grounder,
-    rerank_support=_rerank_support,
-    rerank_scores=_rerank_scores,
-    make_training_adapter=_make_training_adapter,
-    embed_training_scenes=_embed_training_scenes,
+    rerank_support=deferred("engine.backends.blip.rerank", "rerank_support"),
+    rerank_scores=deferred("engine.backends.blip.rerank", "rerank_scores"),
+    make_training_adapter=deferred("engine.backends.blip.training", "make_adapter"),
+    embed_training_scenes=deferred("engine.backends.blip.training", "embed_training_scenes"),
     detect_order=90,  # config.json is what every Hugging Face folder has: checked last
     importable=True,
     import_config_check=_import_config_check,

@@ -5,11 +5,10 @@ and training adapter. This module is cheap to import; torch loads inside the hoo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.models.backend import ModelBackend
+from engine.models.backend import ModelBackend, deferred
 
 NAME = "sceneworld-mini"
 CONFIG_FILE = "sceneworld_mini.json"  # also engine.backends.sceneworld_mini.network.CONFIG_FILE
@@ -38,29 +37,8 @@ def _make_grounder(embedder: Any, calibration: Any, *, method: str | None = None
     return MiniGrounder(embedder, calibration, method=method, **options)
 
 
-def _rerank_support(embedder: Any) -> tuple[bool, str]:
-    from engine.backends.sceneworld_mini.rerank import rerank_support
-
-    return rerank_support(embedder)
 
 
-def _rerank_scores(embedder: Any, images: Sequence[Any], query: str, ann_scores: Sequence[float],
-                   max_tokens: int | None = None) -> Any:
-    from engine.backends.sceneworld_mini.rerank import rerank_scores
-
-    return rerank_scores(embedder, images, query, ann_scores, max_tokens=max_tokens)
-
-
-def _make_training_adapter(folder: Path, **kwargs: Any) -> Any:
-    from engine.backends.sceneworld_mini.training import make_adapter
-
-    return make_adapter(folder, **kwargs)
-
-
-def _embed_training_scenes(folder: Path, scenes: Sequence[Any], device: str) -> Any:
-    from engine.backends.sceneworld_mini.training import embed_training_scenes
-
-    return embed_training_scenes(folder, scenes, device)
 
 
 BACKEND = ModelBackend(
@@ -69,9 +47,9 @@ BACKEND = ModelBackend(
     detect=_detect,
     load_embedder=_load_embedder,
     make_grounder=_make_grounder,
-    rerank_support=_rerank_support,
-    rerank_scores=_rerank_scores,
-    make_training_adapter=_make_training_adapter,
-    embed_training_scenes=_embed_training_scenes,
+    rerank_support=deferred("engine.backends.sceneworld_mini.rerank", "rerank_support"),
+    rerank_scores=deferred("engine.backends.sceneworld_mini.rerank", "rerank_scores"),
+    make_training_adapter=deferred("engine.backends.sceneworld_mini.training", "make_adapter"),
+    embed_training_scenes=deferred("engine.backends.sceneworld_mini.training", "embed_training_scenes"),
     detect_order=10,
 )
