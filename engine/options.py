@@ -101,6 +101,20 @@ WORKERS = count("number of worker threads", 1, 256)
 LEARNING_RATE = Number("learning rate", float, 0.0, 10.0, lo_open=True)
 TEMPERATURE = Number("temperature", float, 0.0, 100.0, lo_open=True)
 THUMBNAIL_CACHE_MB = count("thumbnail cache size (MB)", 16, 65536)
+TRAIN_LAYERS = count("trained layers", 0, 4096)
+
+
+def train_layers(value: str) -> int | str:
+    """argparse `type=` of a trained-layer count: a number (top k layers) or "all"."""
+    if value.strip() == "all":
+        return "all"
+    try:
+        return TRAIN_LAYERS.parse(value)
+    except OptionError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or 'all')") from None
+
+
+train_layers.number = TRAIN_LAYERS  # type: ignore[attr-defined]  # its range, for the option tests
 
 
 def token_budget_for(max_tokens: int | None, default: int, maximum: int, model: str) -> int:

@@ -37,21 +37,6 @@ def _grad_accum(value: str) -> int | str:
 _grad_accum.number = GRAD_ACCUM  # type: ignore[attr-defined]  # its range, for the option tests
 
 
-TRAIN_LAYERS = options.count("trained layers", 0, 4096)
-
-
-def _train_layers(value: str) -> int | str:
-    if value.strip() == "all":
-        return "all"
-    try:
-        return TRAIN_LAYERS.parse(value)
-    except options.OptionError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} (or 'all')") from None
-
-
-_train_layers.number = TRAIN_LAYERS  # type: ignore[attr-defined]  # its range, for the option tests
-
-
 def register(sub: Any) -> None:
     tp = sub.add_parser(
         "train",
@@ -78,7 +63,7 @@ def register(sub: Any) -> None:
                     help="train a pretrained language model as the text tower instead of the base's own, against "
                     "the base's frozen image embeddings: an LM tower folder (lm_tower.json), a local Hugging Face "
                     "model folder, or all-MiniLM-L6-v2 (packaged); writes an LM tower folder")
-    tp.add_argument("--train-layers", type=_train_layers,
+    tp.add_argument("--train-layers", type=options.train_layers,
                     help="with --text-tower: train its top K transformer layers (0: the projection only; 'all')")
     tp.add_argument("--cache", type=Path, help="embedding cache folder (default: under the Longlens cache)")
     tp.add_argument("--checkpoint-every", type=CHECKPOINT_EVERY, default=500, help="steps between checkpoints (0: only at the end)")

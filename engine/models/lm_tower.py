@@ -245,6 +245,47 @@ class LMTextTower(nn.Module):
     def token_count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
 
+    # -- the frozen prefix (training jobs cache it) ---------------------------------------------
+    def _prefix_split(self, train_layers: int | str | None) -> int:
+        """Index of the first trained layer; the layers below it and the embeddings are frozen."""
+        k = self.cfg.train_layers if train_layers is None else train_layers
+        if self.cfg.kind != "encoder":
+            raise ModelError("the frozen-prefix cache is for encoder towers (a decoder's layers also need "
+                             "its rotary position embeddings); train a decoder tower end to end")
+        if k == "all":
+            raise ModelError("train_layers = 'all' trains the embeddings too: nothing below the trained "
+                             "layers stays frozen, so there is no prefix to cache")
+        n = len(transformer_layers(self.lm))
+        self.trainable_modules(k)  # validates k against the layer count
+        return n - int(k)
+
+    @torch.no_grad()
+    def prefix_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      train_layers: int | str | None = None) -> torch.Tensor:
+        """(B, L, H) the input of the first trained layer: the output of the frozen embeddings
+        and bottom layers, which does not change while the top layers train. A training job
+        computes it once per text and runs only the top layers on every step
+        (forward_from_prefix); the result equals the full forward."""
+        split = self._prefix_split(train_layers)
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        return out.hidden_states[split]  # [0] = the embeddings' output, [i] = layer i-1's
+
+    def forward_from_prefix(self, states: torch.Tensor, attention_mask: torch.Tensor,
+                            train_layers: int | str | None = None) -> torch.Tensor:
+        """(B, embed_dim) embeddings from prefix_states: the trained top layers, pooling and
+        projection (with graph)."""
+        from transformers.masking_utils import create_bidirectional_mask
+
+        split = self._prefix_split(train_layers)
+        hidden = states.to(self.proj.weight.dtype)
+        mask = create_bidirectional_mask(config=self.lm.config, inputs_embeds=hidden, attention_mask=attention_mask)
+        for layer in transformer_layers(self.lm)[split:]:
+            hidden = layer(hidden, mask)
+            if isinstance(hidden, tuple):  # older transformers return (hidden, attentions...)
+                hidden = hidden[0]
+        pooled = pool(hidden, attention_mask, self.cfg.pooling)
+        return F.normalize(self.proj(self.norm(pooled)), dim=-1)
+
     # -- what trains ---------------------------------------------------------------------------
     def trainable_modules(self, train_layers: int | str | None = None) -> list[nn.Module]:
         """The modules `train_layers` trains: the projection (and its norm) always; the top k
