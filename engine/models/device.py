@@ -45,3 +45,25 @@ def resolve_device(name: str = "auto") -> str:
             raise ModelError("Device 'mps' was requested, but Apple's Metal backend is not available here.")
         return "mps"
     raise ModelError(f"Unknown device {name!r}; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.")
+
+
+def training_autocast_dtype(device: str):
+    """The dtype text-tower training runs its forward passes in: bf16 on a CUDA device that
+    supports it, else None (float32). Weights and optimizer state stay float32 either way, and
+    fp16 is never chosen: it would need gradient scaling."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return None
+
+
+def autocast(device: str, dtype):
+    """torch.autocast on `device`'s type in `dtype`, or a no-op context when dtype is None."""
+    import contextlib
+
+    import torch
+
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=str(device).split(":", 1)[0], dtype=dtype)

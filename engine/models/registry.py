@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine.config import Paths
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.fileutil import sha256_file  # noqa: F401  (re-exported: models code imports it from here)
+from engine.models.lm_text_side import is_lm_tower_folder, with_text_tower
 from engine.models.manifest import MANIFEST_FORMAT, MANIFEST_NAME, SHA256_RE, read_manifest_file  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
@@ -196,8 +197,10 @@ def load_folder_embedder(folder: Path, backend: str, *, device: str = "auto", te
                          model_id: str | None = None) -> Embedder:
     """The Embedder of a model folder that is not installed (training bases, study folders):
     no manifest, no verification, the backend's reference settings."""
-    return get_backend(backend).load_embedder(Path(folder), device=device, text_tower_dir=text_tower_dir,
-                                              model_id=model_id, installed=False)
+    lm = is_lm_tower_folder(text_tower_dir)
+    emb = get_backend(backend).load_embedder(Path(folder), device=device, text_tower_dir=None if lm else text_tower_dir,
+                                             model_id=model_id, installed=False)
+    return with_text_tower(emb, text_tower_dir)
 
 
 # --- The registered models -------------------------------------------------------------------
@@ -676,8 +679,11 @@ def load_embedder(
             raise ModelIntegrityError(f"{report.summary()}. The model files were changed or damaged; {fix}.")
     identity = model_identity(name, manifest, text_tower_dir)
     backend = get_backend(manifest["backend"])
-    return backend.load_embedder(
-        model_dir, device=device, text_tower_dir=text_tower_dir, model_id=name, identity=identity.image,
-        text_identity=identity.text, default_text_tokens=spec.default_text_tokens if spec is not None else None,
-        installed=True,
+    # An LM text tower (lm_tower.json) reads the texts in place of the backend's own text tower.
+    lm = is_lm_tower_folder(text_tower_dir)
+    emb = backend.load_embedder(
+        model_dir, device=device, text_tower_dir=None if lm else text_tower_dir, model_id=name,
+        identity=identity.image, text_identity=identity.text,
+        default_text_tokens=spec.default_text_tokens if spec is not None else None, installed=True,
     )
+    return with_text_tower(emb, text_tower_dir, text_identity=identity.text)

@@ -32,9 +32,15 @@ PACKAGED_TOWERS = ("all-MiniLM-L6-v2", "minilm")
 class LMTowerAdapter:
     """DualEncoderAdapter: a frozen vision side + a trainable LMTextTower."""
 
-    def __init__(self, tower: LMTextTower, *, vision: Any = None, device: str = "cpu") -> None:
+    def __init__(self, tower: LMTextTower, *, vision: Any = None, device: str = "cpu",
+                 amp_dtype: torch.dtype | None | str = "auto") -> None:
         """`vision`: anything with encode_pixels(np.ndarray) -> (N, D) np.ndarray (an Embedder),
-        or None when the trainer is given cached image embeddings."""
+        or None when the trainer is given cached image embeddings. `amp_dtype`: the dtype the
+        tower's forward runs in under autocast ("auto": bf16 on a CUDA GPU that has it, else
+        float32); weights and optimizer state stay float32."""
+        from engine.models.device import training_autocast_dtype
+
+        self.amp_dtype = training_autocast_dtype(device) if amp_dtype == "auto" else amp_dtype
         self.tower = tower.to(device)
         self.vision = vision
         self.device = device
@@ -65,7 +71,12 @@ class LMTowerAdapter:
         return emb
 
     def encode_texts(self, texts: Sequence[str], max_tokens: int) -> torch.Tensor:
-        return self.tower.encode_tensor(texts, max_tokens)
+        from engine.models.device import autocast
+
+        with autocast(self.device, self.amp_dtype):
+            emb = self.tower.encode_tensor(texts, max_tokens)
+        # Normalised again in float32: a bf16 norm of a 256-d vector drifts (as BLIP's adapter does).
+        return torch.nn.functional.normalize(emb.float(), dim=-1)
 
     def logit_scale(self, cfg: TrainConfig) -> torch.Tensor:
         if cfg.learn_temperature:

@@ -19,9 +19,10 @@ QUERY = (
 )
 
 
-def brute_force_ranking(paths, text: str, max_tokens: int | None = None) -> list[tuple[str, float]]:
+def brute_force_ranking(paths, text: str, max_tokens: int | None = None,
+                        text_tower_dir: Path | None = None) -> list[tuple[str, float]]:
     """Exact ranking over every stored vector, computed independently of the ANN index."""
-    emb = load_embedder(TINY_MODEL, paths)
+    emb = load_embedder(TINY_MODEL, paths, text_tower_dir=text_tower_dir)
     q = emb.encode_texts([text], max_tokens=max_tokens)[0]
     with Catalog(paths.catalog) as cat:
         out = []

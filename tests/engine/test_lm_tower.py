@@ -265,3 +265,24 @@ def test_a_tower_from_a_local_hugging_face_decoder_folder(tmp_path):
     tower = resolve_tower(tmp_path / "hf", embed_dim=8, train_layers=2)
     assert (tower.cfg.kind, tower.cfg.arch, tower.cfg.pooling, tower.cfg.train_layers) == ("decoder", "llama", "last", 2)
     assert not L.is_causal_lm(tower.lm) and tower.encode(["a cube"]).shape == (1, 8)
+
+
+def test_adapter_forward_runs_under_bf16_autocast_with_float32_weights():
+    """The CUDA path (bf16 autocast, float32 master weights), exercised with CPU autocast: the
+    same code, only the device type differs. On this CPU the default is plain float32."""
+    from engine.models.device import training_autocast_dtype
+
+    assert training_autocast_dtype("cpu") is None
+    tower = L.tiny_tower("bert", train_layers=1)
+    plain = LMTowerAdapter(tower)
+    assert plain.amp_dtype is None
+    with torch.no_grad():
+        fp32 = plain.encode_texts(TEXTS, 32)
+    amp = LMTowerAdapter(tower, amp_dtype=torch.bfloat16)
+    params = amp.trainable_parameters(False, False)
+    out = amp.encode_texts(TEXTS, 32)
+    assert out.dtype == torch.float32
+    assert torch.allclose(out.norm(dim=-1), torch.ones(len(TEXTS)), atol=1e-5)
+    assert not torch.equal(out.detach(), fp32) and torch.allclose(out.detach(), fp32, atol=5e-2)  # bf16 ran
+    out.sum().backward()
+    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in params)

@@ -23,18 +23,12 @@ import torch
 from torch.nn import functional as F
 
 from engine.backends.blip.embedder import BlipEmbedder, save_text_tower
+from engine.models.device import autocast, training_autocast_dtype
 
 if TYPE_CHECKING:
     from engine.training.configs import TrainConfig
 
 TRAINING_INFO = "training.json"
-
-
-def autocast_dtype(device: str) -> torch.dtype | None:
-    """bf16 on a CUDA device that supports it, else None (no autocast)."""
-    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
-    return None
 
 
 class BlipAdapter:
@@ -47,7 +41,7 @@ class BlipAdapter:
         self.embedder = embedder
         self.model = embedder.model
         self.device = embedder.device
-        self.amp_dtype = autocast_dtype(self.device) if amp else None
+        self.amp_dtype = training_autocast_dtype(self.device) if amp else None
         self._log_scale: torch.nn.Parameter | None = None
 
     @classmethod
@@ -66,9 +60,7 @@ class BlipAdapter:
         return cls(embedder, amp=amp)
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type="cuda", dtype=self.amp_dtype)
+        return autocast(self.device, self.amp_dtype)
 
     # -- DualEncoderAdapter ------------------------------------------------------
     def trainable_parameters(self, train_vision: bool, learn_temperature: bool) -> list[torch.nn.Parameter]:
