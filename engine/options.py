@@ -102,6 +102,8 @@ LEARNING_RATE = Number("learning rate", float, 0.0, 10.0, lo_open=True)
 TEMPERATURE = Number("temperature", float, 0.0, 100.0, lo_open=True)
 THUMBNAIL_CACHE_MB = count("thumbnail cache size (MB)", 16, 65536)
 TRAIN_LAYERS = count("trained layers", 0, 4096)
+# The share of a paragraph's sentences a training step keeps (the seed's sentence sampling).
+SENTENCE_SAMPLING = Number("sentence-sampling fraction", float, 0.0, 1.0, lo_open=True)
 
 
 def train_layers(value: str) -> int | str:

@@ -11,6 +11,7 @@ one parser. torch and transformers load inside the command functions only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,9 @@ def register(sub: Any) -> None:
                     "model folder, or all-MiniLM-L6-v2 (packaged); writes an LM tower folder")
     tp.add_argument("--train-layers", type=options.train_layers,
                     help="with --text-tower: train its top K transformer layers (0: the projection only; 'all')")
+    tp.add_argument("--sentence-sampling", type=options.SENTENCE_SAMPLING, metavar="FRACTION",
+                    help="each step, each paragraph keeps this fraction of its sentences (at least one), drawn at "
+                    "random and kept in order: the seed recipe's sentence sampling (default: whole paragraphs)")
     tp.add_argument("--cache", type=Path, help="embedding cache folder (default: under the Longlens cache)")
     tp.add_argument("--checkpoint-every", type=CHECKPOINT_EVERY, default=500, help="steps between checkpoints (0: only at the end)")
     tp.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
@@ -152,6 +156,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                       grad_accum=fixed_accum, seed=args.seed, warmup_steps=args.warmup_steps,
                       temperature=args.temperature)
+    if args.sentence_sampling is not None:
+        cfg = dataclasses.replace(cfg, extra={**cfg.extra, "sentence_sampling": args.sentence_sampling})
     paths = common.paths(args).ensure()
     req = TrainRequest(data=args.data, base=args.base, out_dir=args.out, config=cfg, cache_dir=args.cache,
                        device=args.device, resume=args.resume, strict=args.strict,

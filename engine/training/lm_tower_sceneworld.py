@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--lora-alpha", type=options.Number("LoRA alpha", float, 0.0, 1e4, lo_open=True), default=16.0)
     ap.add_argument("--lm-lr", type=options.LEARNING_RATE, default=1e-4,
                     help="learning rate of the trained language-model layers or LoRA adapters (default 1e-4)")
-    ap.add_argument("--sentence-sampling", type=options.Number("sentence-sampling fraction", float, 0.0, 1.0, lo_open=True),
+    ap.add_argument("--sentence-sampling", type=options.SENTENCE_SAMPLING,
                     default=None, help="each epoch, each paragraph keeps this fraction of its sentences, drawn at "
                                        "random in their order (the seed's sentence sampling; default: whole paragraphs)")
     ap.add_argument("--device", default="cpu")

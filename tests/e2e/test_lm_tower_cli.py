@@ -56,3 +56,15 @@ def test_lm_tower_options_are_checked(home, cli, data, mini_dir, tmp_path):
     assert rc != 0 and "--text-tower" in err and "--init-text-tower" in err
     rc, _, err = cli(*base, "--text-tower", "no-such-tower")
     assert rc != 0 and "no-such-tower" in err
+
+
+def test_sentence_sampling_is_part_of_the_run(home, cli, data, mini_dir, tmp_path):
+    out = tmp_path / "run"
+    cli.json("train", "--config", "C5", "--data", str(data), "--base", str(mini_dir), "--out", str(out),
+             "--epochs", "1", "--batch-size", "8", "--text-tower", "minilm", "--train-layers", "0",
+             "--sentence-sampling", "0.5")
+    run = json.loads((out / "run.json").read_text())
+    assert run["fingerprint"]["config"]["extra"] == {"sentence_sampling": 0.5}
+    rc, _, err = cli("train", "--config", "C5", "--data", str(data), "--base", str(mini_dir), "--out",
+                     str(tmp_path / "r2"), "--sentence-sampling", "1.5")
+    assert rc == 2 and "sentence-sampling fraction" in err and "1.5" in err
