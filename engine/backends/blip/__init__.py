@@ -45,10 +45,6 @@ def _make_grounder(embedder: Any, calibration: Any, *, method: str | None = None
     return BlipGrounder(embedder, calibration, method=method or "gradcam", **options)
 
 
-
-
-
-
 def _import_config_check(cfg: dict[str, Any]) -> None:
     if cfg.get("model_type") != "blip":
         raise ModelError(

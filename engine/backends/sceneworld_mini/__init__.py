@@ -37,10 +37,6 @@ def _make_grounder(embedder: Any, calibration: Any, *, method: str | None = None
     return MiniGrounder(embedder, calibration, method=method, **options)
 
 
-
-
-
-
 BACKEND = ModelBackend(
     name=NAME,
     folder_description="a sceneworld-mini folder (sceneworld_mini.json)",
