@@ -26,6 +26,14 @@ __all__ = ["DEVICES", "LonglensError", "Settings"]
 
 # --------------------------------------------------------------------------- the engine facade
 
+
+def human_size(n: int | None) -> str:
+    """Bytes as the engine writes them in its messages (and the hub shows them): 895.1 MB."""
+    from engine.models.download import human_size as engine_human_size
+
+    return engine_human_size(n)
+
+
 DEFAULT_SETTINGS = SETTINGS_DEFAULTS  # engine.settings: the CLI's defaults too
 THUMBNAIL_PX = 256
 
@@ -63,6 +71,9 @@ class ModelInfo:
     problem: str | None
     notice: str | None  # e.g. "random, untrained weights"
     pullable: bool
+    # Files a pull installs only when the user accepts them (the registry knows no pin for them);
+    # empty for a fully pinned model, which downloads without any question.
+    unpinned: tuple[str, ...] = ()
 
 
 @dataclass
@@ -172,6 +183,7 @@ class Backend:
                 bundled=m.bundled, description=m.description, size_bytes=m.size_bytes, problem=m.problem,
                 notice=self.model_notice(m.name),
                 pullable=bool(spec is not None and spec.repo_id and not spec.bundled),
+                unpinned=m.unpinned,
             ))
         return out
 
@@ -181,6 +193,8 @@ class Backend:
         return str(import_model(Path(folder), name, self.paths))
 
     def pull_job(self, name: str, trust_unpinned: bool = False) -> Callable[[CancelToken], Iterator[Progress]]:
+        """The pull of a registered model as a job. `trust_unpinned` matters only for a model listing
+        files without a pin (ModelInfo.unpinned); a fully pinned one installs without it."""
         from engine.models.download import pull_model
 
         return lambda token: pull_model(name, self.paths, cancel=token, trust_unpinned=trust_unpinned)

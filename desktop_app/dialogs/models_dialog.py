@@ -26,20 +26,16 @@ from PySide6.QtWidgets import (
 from desktop_app import theme
 from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
-from desktop_app.facade import Backend, ModelInfo
+from desktop_app.facade import Backend, ModelInfo, human_size
 from desktop_app.widgets.progress_panel import format_eta
 
 COLUMNS = ("Model", "Status", "Size", "Description")
+# The stage of a pull whose counts are bytes (the others count files or steps).
+_BYTE_STAGES = ("download",)
 
 
 def _size(n: int | None) -> str:
-    if not n:
-        return ""
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return ""
+    return human_size(n) if n else ""
 
 
 class ModelsDialog(QDialog):
@@ -70,7 +66,12 @@ class ModelsDialog(QDialog):
         self.use_button.clicked.connect(self.use_selected)
         self.pull_button = QPushButton("Download (pull)")
         self.pull_button.clicked.connect(self.pull_selected)
-        self.trust = QCheckBox("Accept the small config/tokenizer files the registry does not pin by hash")
+        # Shown only for a model listing files without a pin: a fully pinned model downloads and is
+        # checked without any question (see _update_buttons).
+        self.trust = QCheckBox()
+        self.trust.setObjectName("models-trust-unpinned")
+        self.trust.setVisible(False)
+        self._pull_sizes = ""  # the pull's "N files, X MB; Y to download" line, kept above the file names
         self.cancel_button = QPushButton("Cancel download")
         self.cancel_button.clicked.connect(self.cancel_pull)
         self.cancel_button.setVisible(False)
@@ -165,6 +166,19 @@ class ModelsDialog(QDialog):
         busy = self.pull is not None
         self.use_button.setEnabled(m is not None and m.installed and not m.problem)
         self.pull_button.setEnabled(m is not None and m.pullable and not busy)
+        unpinned = m.unpinned if m is not None and m.pullable else ()
+        if unpinned:
+            self.trust.setText(f"Accept {', '.join(unpinned)} as downloaded: no hash is known to check them "
+                               "against (the hashes seen are recorded, so later changes are caught)")
+        elif self.trust.isChecked():
+            self.trust.setChecked(False)
+        self.trust.setVisible(bool(unpinned))
+        self.trust.setEnabled(not busy)
+
+    def trust_needed(self) -> bool:
+        """Whether the selected model can only be pulled after accepting unpinned files."""
+        m = self.selected()
+        return bool(m is not None and m.pullable and m.unpinned)
 
     def _say(self, text: str, error: bool = False) -> None:
         self.status.setText(text)
@@ -213,12 +227,19 @@ class ModelsDialog(QDialog):
         m = self.selected()
         if m is None or not m.pullable or self.pull is not None:
             return None
+        if m.unpinned and not self.trust.isChecked():
+            # The engine would refuse; say what to do here, in this window's words.
+            self._say(f"{m.name} has files without a known hash ({', '.join(m.unpinned)}). Tick the box above "
+                      "to accept them as downloaded, then download again.", error=True)
+            return None
         self.bar.setRange(0, 0)
         self.bar.setVisible(True)
         self.cancel_button.setVisible(True)
+        self._pull_sizes = ""
         self._say(f"Downloading {m.name}…")
+        trust = bool(m.unpinned) and self.trust.isChecked()
         job = self.hub.start_job(
-            self.backend.pull_job(m.name, self.trust.isChecked()), name=f"pull {m.name}",
+            self.backend.pull_job(m.name, trust), name=f"pull {m.name}",
             on_progress=self._pull_progress,
             on_result=lambda _p, n=m.name: self._pull_done(n),
             on_error=self._pull_failed,
@@ -237,9 +258,20 @@ class ModelsDialog(QDialog):
             self.bar.setValue(int(1000 * min(1.0, p.done / p.total)))
         else:
             self.bar.setRange(0, 0)
-        rate = f" · {p.rate / 1e6:.1f} MB/s" if p.rate else ""
-        eta = format_eta(p.eta_s)
-        self._say(f"{p.message or p.stage}{rate}" + (f" · {eta}" if eta else ""))
+        if p.extra.get("sizes"):
+            self._pull_sizes = p.message
+        parts = [p.message or p.stage]
+        if p.stage in _BYTE_STAGES:
+            if self._pull_sizes and p.message != self._pull_sizes:
+                parts.insert(0, self._pull_sizes)
+            if p.total:
+                parts.append(f"{human_size(p.done)} of {human_size(p.total)}")
+            if p.rate:
+                parts.append(f"{human_size(int(p.rate))}/s")
+            eta = format_eta(p.eta_s)
+            if eta:
+                parts.append(eta)
+        self._say(" · ".join(parts))
 
     def _pull_done(self, name: str) -> None:
         self._say(f"{name} is installed and verified.")

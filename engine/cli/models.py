@@ -26,10 +26,14 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.models_cmd == "pull":
         from engine.models.download import pull_model
 
+        # One bar per stage: looking files up counts files; the download counts bytes (and checks
+        # each file against its pin) with tqdm's size, rate and time left; its first report, the
+        # sizes in all and still to fetch, is written above its bar.
         common.run_job(
             lambda tok: pull_model(args.name, paths, cancel=tok, trust_unpinned=args.trust_unpinned),
             quiet=False,
-            bars=common.Bars(unit="B"),
+            bars=common.Bars(unit=lambda stage: "B" if stage == "download" else "file", announce=True,
+                             unit_scale=True),
         )
         print(f"installed {args.name} in {registry.installed_model_dir(args.name, paths)}")
         return 0
@@ -57,10 +61,12 @@ def register(sub: Any) -> None:
     msub = sm.add_subparsers(dest="models_cmd", required=True)
     ml = msub.add_parser("list")
     ml.add_argument("--json", action="store_true")
-    mp = msub.add_parser("pull", help="download a registered model (pinned revision, SHA-256 checked)")
+    mp = msub.add_parser("pull", help="download a registered model (pinned revision, every file checked against "
+                         "its pin; an interrupted pull resumes)")
     mp.add_argument("name")
     mp.add_argument("--trust-unpinned", action="store_true",
-                    help="accept files whose hash the registry does not pin (records the hash seen)")
+                    help="only for a model listing files without a pin (`models list --json`: unpinned): accept "
+                         "them as downloaded and record their hashes; fully pinned models never need it")
     mp.set_defaults(flags={"trust_unpinned": "--trust-unpinned"})
     mi = msub.add_parser("import", help="install a local Hugging Face-format folder (the offline path)")
     mi.add_argument("dir")

@@ -3,10 +3,13 @@
 This is the only module in Longlens that talks to a model hub. Rules it enforces:
 
 * Only allow-listed files of a registered spec, at its pinned commit (never a branch).
-* Every file is checked against its pinned SHA-256; a file without a pinned hash is installed only
-  when the user explicitly trusts it (`trust_unpinned`), and its computed hash then goes into the
-  manifest so that later verification still catches tampering.
-* Pickled weights (.bin) are accepted only when pinned; they are loaded with
+* Every file is checked against its pin before anything is installed: a SHA-256 (Git LFS files)
+  or a git blob id (small git-tracked files), see engine/models/pins.py. A model whose files are
+  all pinned installs without any question; a file with no pin is installed only when the user
+  explicitly trusts it (`trust_unpinned`), and its computed hash then goes into the manifest so
+  that later verification still catches tampering. A file that does not match its pin is deleted
+  and the pull stops with nothing installed.
+* Pickled weights (.bin) are accepted only when pinned by SHA-256; they are loaded with
   `torch.load(weights_only=True)`, converted to model.safetensors and not kept. Imports refuse
   pickles outright. Nothing is ever loaded with trust_remote_code.
 * Installs are atomic: files are assembled in a dot-prefixed staging folder inside paths.models,
@@ -42,6 +45,7 @@ from engine.config import Paths
 from engine.errors import JobCancelled, ModelError, ModelIntegrityError, OfflineError
 from engine.jobs import CancelToken, Progress
 from engine.models.install_state import Staging, pause_point, recover_models_folder, swap_in
+from engine.models.pins import FileDigests, hash_file
 from engine.models.registry import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -480,6 +484,11 @@ def pull_model(
 ) -> Generator[Progress, None, Path]:
     """Download, verify and install a registered model. A job: yields Progress, returns the folder.
 
+    Every file is checked against its pin (engine/models/pins.py) before anything is installed; a
+    spec whose files are all pinned needs no `trust_unpinned`. Partial downloads are kept under
+    paths.cache, so a pull that was interrupted continues where it stopped. Download reports carry
+    the total size, the rate of this pull and the time left.
+
     `endpoint` defaults to $HF_ENDPOINT (read at call time) or huggingface.co. `timeout_s` bounds the
     metadata request, so an unreachable hub fails in seconds rather than hanging.
     """
@@ -519,38 +528,53 @@ def pull_model(
     sizes = [r.size for r in remotes]
     total = sum(s for s in sizes if s is not None) if all(s is not None for s in sizes) else None
 
-    # 2. Download each file into the cache (resuming partial files), then check its hash.
-    hashes: dict[str, str] = {}
-    done_before = 0
-    started = time.monotonic()
+    # 2. Files a previous pull finished are kept if they still match their pins; partial ones resume.
+    digests: dict[str, FileDigests] = {}
+    for remote in remotes:
+        _check_cancel(cancel)
+        cached = cache_dir.joinpath(*remote.filename.split("/"))
+        if cached.is_file():
+            found = hash_file(cached)
+            pin = spec.pin(remote.filename)
+            if found.matches(pin) if pin is not None else remote.size in (None, found.size):
+                digests[remote.filename] = found
+            else:
+                cached.unlink()
+    done_before = sum(d.size for d in digests.values())
+    parts = [_part_path(cache_dir.joinpath(*r.filename.split("/"))) for r in remotes if r.filename not in digests]
+    meter = _Meter(total, present=done_before + sum(p.stat().st_size for p in parts if p.is_file()))
+    sizes = meter.report(meter.present, _size_summary(name, len(remotes), total, meter.present))
+    sizes.extra["sizes"] = {"files": len(remotes), "total": total, "present": meter.present}
+    yield sizes
+
+    # 3. Download the rest into the cache (continuing partial files), checking each against its pin.
     for remote in remotes:
         _check_cancel(cancel)
         fname = remote.filename
+        if fname in digests:
+            continue
         cached = cache_dir.joinpath(*fname.split("/"))
-        expected = spec.files[fname]
-        if cached.is_file():
-            actual = sha256_file(cached)
-            if (expected is None and remote.size in (None, cached.stat().st_size)) or actual == expected:
-                hashes[fname] = actual
-                done_before += cached.stat().st_size
-                yield Progress("download", done_before, total, f"{fname} (already downloaded)")
-                continue
-            cached.unlink()
-        yield from _download(remote, cached, spec, endpoint, cancel, done_before, total, started)
+        yield from _download(remote, cached, spec, endpoint, cancel, done_before, meter)
         part = _part_path(cached)
-        yield Progress("verify", done_before + (remote.size or 0), total, f"checking {fname}")
-        actual = sha256_file(part)
-        if expected is not None and actual != expected:
+        # Still the download stage: one bar (and one line in the GUI) runs from the first byte to the last check.
+        yield meter.report(done_before + (remote.size or 0), f"checking {fname}")
+        found = hash_file(part)
+        pin = spec.pin(fname)
+        if pin is not None and not found.matches(pin):
             part.unlink(missing_ok=True)  # so the next pull downloads it afresh
             raise ModelIntegrityError(
-                f"{fname} of {name} does not match its pinned hash: expected sha256 {expected}, "
-                f"got {actual}. The file was deleted and nothing was installed; pull again to retry."
+                f"{fname} of {name} does not match its pin: expected {pin.describe()}, got "
+                f"{found.of_kind(pin.kind)} ({found.size} bytes). The download was deleted and nothing "
+                f"was installed. To get it again, pull {name} again: the file is downloaded afresh. If it "
+                f"fails the same way, the hub (or a proxy between you and it) serves other bytes than "
+                f"revision {spec.revision} holds: import a copy you trust from a folder instead "
+                f"(`longlens models import DIR --name {name}`)."
             )
         os.replace(part, cached)
-        hashes[fname] = actual
-        done_before += cached.stat().st_size
+        digests[fname] = found
+        done_before += found.size
 
-    # 3. Assemble the install in a staging folder, convert pickles, then swap it into place.
+    # 4. Assemble the install in a staging folder, convert pickles, then swap it into place.
     _check_cancel(cancel)
     stage = _new_staging(paths, name)
     staging = stage.dir
@@ -565,12 +589,12 @@ def pull_model(
                 out = staging / "model.safetensors"
                 _convert_pickle_to_safetensors(cached, out)
                 files["model.safetensors"] = {"sha256": sha256_file(out), "size": out.stat().st_size}
-                converted[fname] = {"sha256": hashes[fname], "size": cached.stat().st_size}
+                converted[fname] = {"sha256": digests[fname].sha256, "size": digests[fname].size}
                 continue
             dst = staging.joinpath(*fname.split("/"))
             dst.parent.mkdir(parents=True, exist_ok=True)
             _link_or_copy(cached, dst)
-            files[fname] = {"sha256": hashes[fname], "size": dst.stat().st_size}
+            files[fname] = {"sha256": digests[fname].sha256, "size": dst.stat().st_size}
         weights = ["model.safetensors"] if "model.safetensors" in files else _weights_of(set(files), staging)
         _validate_hf_folder(staging, spec.backend, weights)
         _check_cancel(cancel)
@@ -585,7 +609,7 @@ def pull_model(
                 revision=spec.revision,
                 files=files,
                 endpoint=endpoint,
-                pinned={f: h for f, h in spec.files.items() if h is not None},
+                pinned={f: str(p) for f, p in spec.pins.items()},
                 trusted_unpinned=spec.unpinned_files,
                 converted_from=converted,
             ),
@@ -612,10 +636,16 @@ def _check_pull_files(spec: ModelSpec, trust_unpinned: bool) -> None:
             raise ModelError(f"{spec.name}: unsafe file name in the spec: {fname!r}")
         suffix = Path(fname).suffix.lower()
         if suffix in PICKLE_SUFFIXES:
-            if spec.files[fname] is None:
+            pin = spec.pin(fname)
+            if pin is None:
                 raise ModelIntegrityError(
                     f"{spec.name}: {fname} is a pickle file without a pinned SHA-256; Longlens never "
                     "loads unpinned pickles (they can run code), and trusting unpinned files does not change that"
+                )
+            if pin.kind != "sha256":
+                raise ModelIntegrityError(
+                    f"{spec.name}: {fname} is a pickle file pinned by its {pin.describe()}; pickles are "
+                    "loaded, so Longlens takes them only when pinned by their SHA-256"
                 )
             if suffix != ".bin":
                 raise ModelError(f"{spec.name}: only pickled .bin weights can be converted, not {fname}")
@@ -625,13 +655,50 @@ def _check_pull_files(spec: ModelSpec, trust_unpinned: bool) -> None:
     unpinned = spec.unpinned_files
     if unpinned and not trust_unpinned:
         raise ModelIntegrityError(
-            f"{spec.name}: no pinned SHA-256 is known for {', '.join(unpinned)}, so Longlens cannot "
+            f"{spec.name}: no pinned hash is known for {', '.join(unpinned)}, so Longlens cannot "
             "check them. Run again trusting unpinned files to accept them as downloaded from the pinned "
             f"revision {spec.revision}; their hashes are then recorded so later verification catches "
             "any change. Or import a copy you trust with `longlens models import DIR --name "
             f"{spec.name}`.",
             settings=("trust_unpinned",),
         )
+
+
+def human_size(n: int | None) -> str:
+    """Bytes as a person reads them: 895.1 MB, 4.6 kB (powers of 1000, as the hub shows sizes)."""
+    if n is None:
+        return "unknown size"
+    value = float(n)
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{n} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} bytes"
+
+
+def _size_summary(name: str, n_files: int, total: int | None, present: int) -> str:
+    if total is None:
+        return f"{name}: {n_files} files (the hub did not say how large)"
+    left = f"{human_size(total - present)} to download"
+    kept = f", {human_size(present)} already here from an earlier pull" if present else ""
+    return f"{name}: {n_files} files, {human_size(total)}; {left}{kept}"
+
+
+class _Meter:
+    """Byte progress of one pull. The rate counts only bytes this pull fetched, so a pull that
+    resumes 800 of 900 MB does not promise the rest in a second."""
+
+    def __init__(self, total: int | None, present: int = 0) -> None:
+        self.total = total
+        self.present = present  # bytes on disk before this pull fetched any
+        self.started = time.monotonic()
+
+    def report(self, done: int, message: str) -> Progress:
+        fetched = done - self.present
+        elapsed = time.monotonic() - self.started
+        rate = fetched / elapsed if fetched > 0 and elapsed > 0 else None
+        eta = max(self.total - done, 0) / rate if (rate and self.total is not None) else None
+        return Progress("download", done, self.total, message, rate, eta)
 
 
 def _check_cancel(cancel: CancelToken | None) -> None:
@@ -678,8 +745,7 @@ def _download(
     endpoint: str,
     cancel: CancelToken | None,
     done_before: int,
-    total: int | None,
-    started: float,
+    meter: _Meter,
 ) -> Iterator[Progress]:
     """Fetch one file into `<cached>.part`, continuing a partial one; yields byte progress.
 
@@ -724,10 +790,7 @@ def _download(
             done = done_before + sink.done
             if done != last:
                 last = done
-                elapsed = max(time.monotonic() - started, 1e-6)
-                rate = done / elapsed if done else None
-                eta = (total - done) / rate if (rate and total is not None) else None
-                yield Progress("download", done, total, f"downloading {remote.filename}", rate, eta)
+                yield meter.report(done, f"downloading {remote.filename}")
             if not thread.is_alive():
                 break
     finally:

@@ -31,6 +31,7 @@ from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledErro
 from engine.fileutil import sha256_file  # noqa: F401  (re-exported: models code imports it from here)
 from engine.models.lm_text_side import is_lm_tower_folder, with_text_tower
 from engine.models.manifest import MANIFEST_FORMAT, MANIFEST_NAME, SHA256_RE, read_manifest_file  # noqa: F401  (re-exported)
+from engine.models.pins import Pin, git_blob_pin, parse_pin, sha256_pin  # noqa: F401  (re-exported for specs)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -68,8 +69,12 @@ def check_model_name(name: str) -> str:
 class ModelSpec:
     """A model Longlens can pull (or, for bundled ones, ships with).
 
-    `files` is the allow-list for a pull: filename -> expected SHA-256 (lower-case hex), or None
-    when no trustworthy hash is known; such files are only installed with `trust_unpinned`.
+    `files` is the allow-list for a pull: filename -> its pin (engine/models/pins.py), one of
+      "<64 hex>" or "sha256:<64 hex>"  the file's SHA-256 (Git LFS files: weights),
+      "git-blob:<40 hex>"              its git blob id (small git-tracked files: configs, tokenizers),
+      None                             no trustworthy value known: installed only with `trust_unpinned`.
+    A pull checks every downloaded file against its pin before anything is installed; a spec whose
+    files are all pinned (`fully_pinned`) installs without any trust setting.
     """
 
     name: str
@@ -95,9 +100,20 @@ class ModelSpec:
             raise ValueError(
                 f"{self.name}: revision must be a full 40-hex commit hash, got {self.revision!r}"
             )
-        for fname, digest in self.files.items():
-            if digest is not None and not SHA256_RE.fullmatch(digest):
-                raise ValueError(f"{self.name}: {fname}: not a lower-case SHA-256 hex digest: {digest!r}")
+        for fname, value in self.files.items():
+            try:
+                parse_pin(value)
+            except ValueError as e:
+                raise ValueError(f"{self.name}: {fname}: {e}") from None
+
+    def pin(self, filename: str) -> Pin | None:
+        """The pin of one of `files` (None: unpinned); KeyError for a file the spec does not list."""
+        return parse_pin(self.files[filename])
+
+    @property
+    def pins(self) -> dict[str, Pin]:
+        """filename -> Pin for every pinned file."""
+        return {f: p for f in self.files if (p := self.pin(f)) is not None}
 
     @property
     def unpinned_files(self) -> list[str]:
@@ -205,8 +221,18 @@ def load_folder_embedder(folder: Path, backend: str, *, device: str = "auto", te
 
 # --- The registered models -------------------------------------------------------------------
 #
+# How a spec pins its files (ModelSpec.files; engine/models/pins.py): Git LFS files by SHA-256 (the
+# "Git LFS Details" of the file's page on huggingface.co), git-tracked files by their git blob id
+# ("git-blob:<40 hex>", the `oid` the hub's tree API lists:
+#   curl https://huggingface.co/api/models/OWNER/NAME/tree/REVISION
+# prints it for every file, LFS ones too, with their SHA-256 under lfs.oid), or None where no
+# value is known yet. A spec whose files are all pinned pulls without any trust setting.
+#
 # Provenance of the pinned values (looked up in stored copies of huggingface.co pages; no value
-# here was computed or guessed):
+# here was guessed). The blob ids of small JSON files were computed from the file's content as the
+# stored huggingface.co page of that file shows it, serialised the way transformers writes it
+# (json.dumps(indent=2, sort_keys=True) + "\n"), and only where the resulting length equals the
+# exact byte size the same page shows (sizes under 1 kB are shown to the byte):
 #
 # Salesforce/blip-itm-base-coco
 #   revision 84e6f632c6ba01251936b05946bf2c53d1f07ba0 = "Update config.json" (PR #3, merged into
@@ -219,8 +245,16 @@ def load_folder_embedder(folder: Path, backend: str, *, device: str = "auto", te
 #   main has no model.safetensors (the safetensors variant exists only in the unmerged
 #     refs/pr/5, whose hash we did not find), so the pickled .bin is pulled and converted; it is
 #     loaded with torch.load(weights_only=True) only after its pinned hash matched.
-#   The small git-tracked files (config, tokenizer, preprocessor) show no SHA-256 on the hub
-#     (only LFS files do), so they are unpinned: pull refuses them unless trust_unpinned.
+#   special_tokens_map.json git blob a8b3208c2884c4efb86e49300fdd3dc877220cdf: 125 bytes, content
+#     {"cls_token": "[CLS]", "mask_token": "[MASK]", "pad_token": "[PAD]", "sep_token": "[SEP]",
+#     "unk_token": "[UNK]"} on
+#     https://huggingface.co/Salesforce/blip-itm-base-coco/blob/e53efa8c21a31de017ae583d8bfe42dfa9ada8cb/special_tokens_map.json
+#     (last changed in 73e754b "Upload processor", an ancestor of 84e6f632, which changed only
+#     config.json after it: the file is the same at the pinned revision).
+#   Still unpinned (no blob id found in a stored listing, and their pages do not show the whole
+#     content): config.json (4.56 kB), preprocessor_config.json (445 bytes, content not shown),
+#     tokenizer_config.json (456 bytes at 73e754b; content not shown), tokenizer.json (711 kB),
+#     vocab.txt (232 kB). So this model still needs trust_unpinned.
 #
 # Salesforce/blip-itm-large-coco
 #   revision fef05cafc05298067cbbca00b125749394a77a6f: its config.json blame
@@ -231,6 +265,18 @@ def load_folder_embedder(folder: Path, backend: str, *, device: str = "auto", te
 #     https://huggingface.co/Salesforce/blip-itm-large-coco/blob/2c51ecd3411d38905785eab933fa455065f76c0d/pytorch_model.bin
 #     (last changed in f83d395 "Upload BlipForImageTextRetrieval"; the main tree lists it as
 #     unchanged since that upload, so the same LFS object is at fef05caf).
+#   special_tokens_map.json git blob a8b3208c2884c4efb86e49300fdd3dc877220cdf (125 bytes, the same
+#     content as base's) and tokenizer_config.json git blob 8360f5587c7786385d33e3c508c6e7a8c55b5369
+#     (456 bytes: cls/mask/pad/sep/unk tokens, do_basic_tokenize, do_lower_case, model_max_length
+#     512, name_or_path "ybelkada/blip-image-captioning-base", never_split null, processor_class
+#     BlipProcessor, special_tokens_map_file null, strip_accents null, tokenize_chinese_chars,
+#     tokenizer_class BertTokenizer), both from
+#     https://huggingface.co/Salesforce/blip-itm-large-coco/blob/main/special_tokens_map.json and
+#     .../blob/main/tokenizer_config.json: added in e4e2b9d "Upload processor", unchanged since on
+#     main (tree of 2c51ecd and of main). Both files first appear in e4e2b9d, so any revision that
+#     has them at all and changed only config.json after it (the config fix 8a0f749) has these bytes.
+#   Still unpinned: config.json (4.59 kB), preprocessor_config.json (445 bytes, content not shown),
+#     tokenizer.json (711 kB), vocab.txt (232 kB). So this model still needs trust_unpinned.
 
 _HF_SMALL_FILES = (
     "config.json",
@@ -241,11 +287,29 @@ _HF_SMALL_FILES = (
     "vocab.txt",
 )
 
+# The same special_tokens_map.json in both BLIP repos (see the provenance above).
+_BLIP_SPECIAL_TOKENS_MAP_BLOB = "a8b3208c2884c4efb86e49300fdd3dc877220cdf"
+
 _REGISTRY: dict[str, ModelSpec] = {}
 
 
 def _register(spec: ModelSpec) -> None:
     _REGISTRY[spec.name] = spec
+
+
+def register_model(spec: ModelSpec) -> ModelSpec:
+    """Add a model to the registry, or replace the registered one of the same name (a packager's
+    extra model; a test's spec with its own pins). Returns the spec it replaced, or `spec`."""
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"register_model takes a ModelSpec, not {type(spec).__name__}")
+    before = _REGISTRY.get(spec.name, spec)
+    _REGISTRY[spec.name] = spec
+    return before
+
+
+def unregister_model(name: str) -> None:
+    """Drop a model from the registry (its installed files, if any, are left alone)."""
+    _REGISTRY.pop(name, None)
 
 
 _register(
@@ -257,13 +321,15 @@ _register(
         revision="84e6f632c6ba01251936b05946bf2c53d1f07ba0",
         files={
             **{f: None for f in _HF_SMALL_FILES},
+            "special_tokens_map.json": git_blob_pin(_BLIP_SPECIAL_TOKENS_MAP_BLOB),
             "pytorch_model.bin": "017fb3e7f4e125f13a8a4717f1402dbe0d0bb877474b4a203db13a4447b0227f",
         },
         dim=256,
         image_size=384,
         default_text_tokens=128,
         license="BSD-3-Clause (model card on huggingface.co)",
-        notes="Weights pinned by SHA-256; config/tokenizer files unpinned (need --trust-unpinned).",
+        notes="Weights pinned by SHA-256, special_tokens_map.json by git blob id; config, preprocessor "
+        "and tokenizer files unpinned (the pull asks to trust them).",
     )
 )
 
@@ -276,13 +342,16 @@ _register(
         revision="fef05cafc05298067cbbca00b125749394a77a6f",
         files={
             **{f: None for f in _HF_SMALL_FILES},
+            "special_tokens_map.json": git_blob_pin(_BLIP_SPECIAL_TOKENS_MAP_BLOB),
+            "tokenizer_config.json": git_blob_pin("8360f5587c7786385d33e3c508c6e7a8c55b5369"),
             "pytorch_model.bin": "f97fb8b12b0e2bdffa6ffe38b998e1dc208eb877b9baa13237c43868cdc6741e",
         },
         dim=256,
         image_size=384,
         default_text_tokens=128,
         license="BSD-3-Clause (model card on huggingface.co)",
-        notes="Weights pinned by SHA-256; config/tokenizer files unpinned (need --trust-unpinned).",
+        notes="Weights pinned by SHA-256, special_tokens_map.json and tokenizer_config.json by git blob "
+        "id; config, preprocessor, tokenizer.json and vocab.txt unpinned (the pull asks to trust them).",
     )
 )
 
@@ -582,6 +651,7 @@ class ModelStatus:
     verified: bool | None = None  # None: not checked (listing does not hash unless asked)
     installed_at: str | None = None
     problem: str | None = None  # why an installed model cannot be used
+    unpinned: tuple[str, ...] = ()  # files a pull of it installs only when trusted (no pin known)
 
 
 def list_models(paths: Paths, *, verify: bool = False) -> list[ModelStatus]:
@@ -609,9 +679,11 @@ def _status(name: str, paths: Paths, spec: ModelSpec | None, verify: bool) -> Mo
     model_dir = installed_model_dir(name, paths)
     description = spec.description if spec else ""
     backend = spec.backend if spec else "?"
+    unpinned = tuple(spec.unpinned_files) if spec is not None and spec.repo_id else ()
     if model_dir is None:
         return ModelStatus(
-            name, backend, False, None, description, spec is not None, bool(spec and spec.bundled)
+            name, backend, False, None, description, spec is not None, bool(spec and spec.bundled),
+            unpinned=unpinned,
         )
     problem = None
     try:
@@ -642,6 +714,7 @@ def _status(name: str, paths: Paths, spec: ModelSpec | None, verify: bool) -> Mo
         verified,
         installed_at,
         problem,
+        unpinned,
     )
 
 

@@ -20,9 +20,7 @@ import time
 import types
 from collections.abc import Iterator
 from dataclasses import replace as dc_replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -47,6 +45,7 @@ from engine.models.registry import (
     load_embedder,
     verify_model,
 )
+from tests.fake_hub import FakeHub, running_hub
 
 HAVE_BLIP = importlib.util.find_spec("engine.backends.blip.embedder") is not None
 HAVE_CHECKPOINTS = importlib.util.find_spec("engine.backends.blip.checkpoints") is not None
@@ -338,118 +337,13 @@ def test_imported_random_blip_loads_and_encodes(paths: Paths, hf_folder: Path) -
     assert not np.allclose(vecs[0], vecs[1])
 
 
-# --- a fake hub on loopback ------------------------------------------------------------------
-
-_RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
-
-
-class FakeHub:
-    """Serves files the way huggingface.co's /resolve endpoint does, with hooks for failures."""
-
-    def __init__(self) -> None:
-        self.files: dict[tuple[str, str, str], bytes] = {}
-        self.log: list[tuple[str, str, str | None]] = []  # (method, filename, Range header)
-        self.drop_once: set[str] = set()  # first GET of these sends half the body, then hangs up
-        self.gets_unavailable = False  # every GET answers 503
-        self.impostor = False  # answer like a plain web server (captive portal), without hub headers
-        self._lock = threading.Lock()
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_HEAD(self) -> None:
-                hub._serve(self, head=True)
-
-            def do_GET(self) -> None:
-                hub._serve(self, head=False)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def gets(self, filename: str) -> list[str | None]:
-        return [r for m, f, r in self.log if m == "GET" and f == filename]
-
-    def _error(self, h: BaseHTTPRequestHandler, status: int, code: str, rev: str | None = None) -> None:
-        h.send_response(status)
-        h.send_header("X-Error-Code", code)
-        if rev:
-            h.send_header("X-Repo-Commit", rev)
-        h.send_header("Content-Length", "0")
-        h.end_headers()
-
-    def _serve(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:
-        m = _RESOLVE.match(unquote(h.path))
-        if not m:
-            return self._error(h, 404, "RepoNotFound")
-        repo, rev, fname = m["repo"], m["rev"], m["file"]
-        with self._lock:
-            self.log.append(("HEAD" if head else "GET", fname, h.headers.get("Range")))
-            drop = not head and fname in self.drop_once
-            self.drop_once.discard(fname) if drop else None
-        if not any(k[0] == repo for k in self.files):
-            return self._error(h, 404, "RepoNotFound")
-        if not any(k[:2] == (repo, rev) for k in self.files):
-            return self._error(h, 404, "RevisionNotFound")
-        data = self.files.get((repo, rev, fname))
-        if data is None:
-            return self._error(h, 404, "EntryNotFound", rev)
-        if not head and self.gets_unavailable:
-            return self._error(h, 503, "ServiceUnavailable")
-        start = 0
-        rng = h.headers.get("Range")
-        if rng and not head:
-            start = int(re.fullmatch(r"bytes=(\d+)-", rng)[1])  # type: ignore[index]
-            h.send_response(206)
-            h.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        else:
-            h.send_response(200)
-        body = data[start:]
-        h.send_header("Content-Type", "application/octet-stream")
-        h.send_header("Content-Length", str(len(body)))
-        h.send_header("Accept-Ranges", "bytes")
-        if not self.impostor:
-            h.send_header("X-Repo-Commit", rev)
-        h.send_header("ETag", f'"{sha256(data)}"')
-        h.end_headers()
-        if head:
-            return
-        if drop:
-            h.wfile.write(body[: len(body) // 2])
-            h.wfile.flush()
-            h.close_connection = True
-            h.connection.shutdown(socket.SHUT_RDWR)
-            return
-        h.wfile.write(body)
+# --- a fake hub on loopback (tests/fake_hub.py) ---------------------------------------------
 
 
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    # Make the tests independent of a developer's offline settings or HF_ENDPOINT.
-    from huggingface_hub import constants
-
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    # http_get writes in chunks of this size and a half-received chunk is lost on a drop; real
-    # weights are many chunks long, so shrink it to give the small test files several chunks too.
-    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    h = FakeHub()
-    yield h
-    h.close()
+    with running_hub(monkeypatch) as h:
+        yield h
 
 
 def publish(hub: FakeHub, folder: Path, *, pin: bool = True, name: str = "test-blip") -> ModelSpec:
