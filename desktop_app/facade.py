@@ -128,6 +128,13 @@ class Backend:
         number = SETTINGS_NUMBERS[key][0]
         return int(number.lo), int(number.hi)
 
+    @staticmethod
+    def setting_choices(key: str) -> tuple[str, ...]:
+        """The values a choice setting accepts, from the engine's validators (combo boxes use it)."""
+        from engine.options import SETTINGS_CHOICES
+
+        return SETTINGS_CHOICES[key].choices
+
     def save_settings(self, values: dict[str, Any]) -> None:
         """Raises a LonglensError naming the setting when a value is out of range; nothing is written."""
         with self._settings_lock:
@@ -249,7 +256,8 @@ class Backend:
             embedder = self.embedder()
             token.raise_if_cancelled()
             s = self.settings()
-            indexer = self.services.indexer(embedder, batch_size=s.batch_size, decode_workers=s.decode_workers)
+            indexer = self.services.indexer(embedder, batch_size=s.batch_size, decode_workers=s.decode_workers,
+                                            raw_jpeg_pairs=s.raw_jpeg_pairs)
             yield from indexer.run(root, cancel=token)
 
         return job

@@ -130,6 +130,40 @@ def token_budget_for(max_tokens: int | None, default: int, maximum: int, model: 
     return int(max_tokens)
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A text field with a fixed set of values: the argparse `type=` of a flag, the check of a
+    settings key and the entries of a GUI list, with one message for all three."""
+
+    field: str
+    choices: tuple[str, ...]
+
+    @property
+    def __name__(self) -> str:
+        return self.field
+
+    def check(self, value: Any) -> str:
+        """The value itself when it is one of the choices, else OptionError naming the field."""
+        if not isinstance(value, str) or value not in self.choices:
+            raise OptionError(f"{self.field} must be one of {', '.join(self.choices)}, got {value!r}")
+        return value
+
+    def __call__(self, text: str) -> str:
+        try:
+            return self.check(text.strip())
+        except OptionError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# What `index` does with a RAW file and a JPEG (or HEIF) of the same name in the same folder:
+# index the JPEG only (the default: one shot, one result), the RAW only, or both.
+RAW_JPEG_PAIRS = Choice("RAW+JPEG pairs", ("jpeg", "raw", "both"))
+
+# settings.json keys that hold one of a fixed set of values.
+SETTINGS_CHOICES: dict[str, Choice] = {
+    "raw_jpeg_pairs": RAW_JPEG_PAIRS,
+}
+
 # settings.json keys that hold numbers; None (where allowed) means "the default".
 SETTINGS_NUMBERS: dict[str, tuple[Number, bool]] = {
     "batch_size": (BATCH_SIZE, False),
@@ -141,13 +175,20 @@ SETTINGS_NUMBERS: dict[str, tuple[Number, bool]] = {
 
 
 def validate_settings(values: Mapping[str, Any], source: Path | str) -> dict[str, Any]:
-    """The settings unchanged when every numeric key is valid, else ConfigError naming the file
+    """The settings unchanged when every numeric and choice key is valid, else ConfigError naming the file
     (`source`) and the key: a bad value is never replaced silently by a default."""
     for key, (number, nullable) in SETTINGS_NUMBERS.items():
         if key not in values or (nullable and values[key] is None):
             continue
         try:
             number.check(values[key])
+        except OptionError as exc:
+            raise ConfigError(f"{source}: setting {key!r}: {exc}") from None
+    for key, choice in SETTINGS_CHOICES.items():
+        if key not in values:
+            continue
+        try:
+            choice.check(values[key])
         except OptionError as exc:
             raise ConfigError(f"{source}: setting {key!r}: {exc}") from None
     return dict(values)

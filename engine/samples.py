@@ -7,6 +7,7 @@ demo catalog is the same on every run.
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from datetime import datetime, timedelta
@@ -25,6 +26,7 @@ __all__ = [
     "marker_picture",
     "procedural_picture",
     "stored_for_orientation",
+    "write_dng",
     "write_image",
 ]
 
@@ -210,6 +212,139 @@ def _avif_encoder_available() -> bool:
         return bool(features.check("avif"))
     except Exception:
         return False
+
+
+# --------------------------------------------------------------------------- DNG (RAW) files
+
+# TIFF field types used below: (struct code, bytes per value; rationals are two values).
+_TIFF_TYPES: dict[int, str] = {1: "B", 2: "B", 3: "H", 4: "I", 5: "I", 10: "i"}
+_BYTE, _ASCII, _SHORT, _LONG, _RATIONAL, _SRATIONAL = 1, 2, 3, 4, 5, 10
+# XYZ (D65) -> linear sRGB: as the DNG's ColorMatrix1 it makes the camera's colour space linear
+# sRGB, so a demosaic shows the picture's own colours.
+_XYZ_TO_SRGB = ((3.2406, -1.5372, -0.4986), (-0.9689, 1.8758, 0.0415), (0.0557, -0.2040, 1.0570))
+DNG_BLACK, DNG_WHITE = 256, 4095  # 12-bit sensor values in 16-bit samples
+
+
+class _TiffWriter:
+    """A little-endian TIFF built front to back: data blocks, then the IFDs that point at them."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray(b"II*\x00\x00\x00\x00\x00")
+
+    def block(self, data: bytes) -> int:
+        if len(self.buf) % 2:
+            self.buf += b"\x00"  # TIFF offsets are word-aligned
+        offset = len(self.buf)
+        self.buf += data
+        return offset
+
+    def ifd(self, entries: list[tuple[int, int, Any]]) -> int:
+        """Write an IFD of (tag, type, values: ints, or bytes for BYTE/ASCII); its offset."""
+        packed = []
+        for tag, kind, values in sorted(entries, key=lambda e: e[0]):
+            if isinstance(values, (bytes, bytearray)):
+                data, count = bytes(values), len(values)
+            else:
+                data = struct.pack("<" + _TIFF_TYPES[kind] * len(values), *values)
+                count = len(values) // (2 if kind in (_RATIONAL, _SRATIONAL) else 1)
+            value = data.ljust(4, b"\x00") if len(data) <= 4 else struct.pack("<I", self.block(data))
+            packed.append(struct.pack("<HHI", tag, kind, count) + value)
+        offset = self.block(struct.pack("<H", len(packed)) + b"".join(packed) + b"\x00\x00\x00\x00")
+        return offset
+
+
+def _srgb_to_linear(values: np.ndarray) -> np.ndarray:
+    v = values / 255.0
+    return np.where(v <= 0.04045, v / 12.92, ((v + 0.055) / 1.055) ** 2.4)
+
+
+def _bayer_mosaic(stored: Image.Image) -> np.ndarray:
+    """The RGGB colour-filter samples a sensor would record for `stored` (even width and height)."""
+    rgb = _srgb_to_linear(np.asarray(stored.convert("RGB"), dtype=np.float64))
+    cfa = np.empty(rgb.shape[:2], dtype=np.float64)
+    cfa[0::2, 0::2] = rgb[0::2, 0::2, 0]
+    cfa[0::2, 1::2] = rgb[0::2, 1::2, 1]
+    cfa[1::2, 0::2] = rgb[1::2, 0::2, 1]
+    cfa[1::2, 1::2] = rgb[1::2, 1::2, 2]
+    return np.round(DNG_BLACK + cfa * (DNG_WHITE - DNG_BLACK)).astype("<u2")
+
+
+def write_dng(
+    path: Path,
+    stored: Image.Image,
+    *,
+    orientation: int = 1,
+    preview: Image.Image | None = None,
+    preview_kind: str = "jpeg",
+    preview_in: str = "ifd0",
+    date: str | None = "2024:05:06 07:08:09",
+    make: str = "Longlens",
+    model: str = "Test Camera",
+    raw_size: tuple[int, int] | None = None,
+) -> Path:
+    """Write a real DNG (Adobe's RAW format, as LibRaw reads it) of `stored`, the picture as the
+    sensor was held: an uncompressed 12-bit RGGB Bayer mosaic with DNGVersion, CFA pattern,
+    BlackLevel/WhiteLevel, a colour matrix, Make/Model, Orientation and an EXIF capture date.
+
+    `preview`: an embedded preview (also as the sensor was held), a "jpeg" or an uncompressed RGB
+    "bitmap" (`preview_kind`), in IFD0 with the raw image in a SubIFD (`preview_in="ifd0"`, the
+    usual layout) or the other way round ("subifd"); None: IFD0 is the raw image itself.
+    `raw_size` makes the header claim another raw size than the data has (a bomb's header).
+    """
+    w, h = stored.size
+    if w % 2 or h % 2:
+        raise ValueError(f"a Bayer mosaic needs even sides, got {w}x{h}")
+    tiff = _TiffWriter()
+    cfa = _bayer_mosaic(stored).tobytes()
+    cfa_at = tiff.block(cfa)
+    claimed_w, claimed_h = raw_size or (w, h)
+    raw_ifd = [
+        (254, _LONG, (0,)), (256, _LONG, (claimed_w,)), (257, _LONG, (claimed_h,)), (258, _SHORT, (16,)),
+        (259, _SHORT, (1,)), (262, _SHORT, (32803,)), (273, _LONG, (cfa_at,)), (277, _SHORT, (1,)),
+        (278, _LONG, (claimed_h,)), (279, _LONG, (len(cfa),)), (284, _SHORT, (1,)),
+        (33421, _SHORT, (2, 2)), (33422, _BYTE, bytes([0, 1, 1, 2])),  # CFARepeatPatternDim, CFAPattern RGGB
+        (50714, _SHORT, (DNG_BLACK,)), (50717, _SHORT, (DNG_WHITE,)),  # BlackLevel, WhiteLevel
+    ]
+    matrix = tuple(v for row in _XYZ_TO_SRGB for x in row for v in (round(x * 10000), 10000))
+    tags = [
+        (271, _ASCII, make.encode() + b"\x00"), (272, _ASCII, model.encode() + b"\x00"),
+        (274, _SHORT, (orientation,)),
+        (50706, _BYTE, bytes([1, 4, 0, 0])), (50707, _BYTE, bytes([1, 1, 0, 0])),  # DNG(Backward)Version
+        (50708, _ASCII, f"{make} {model}".encode() + b"\x00"),  # UniqueCameraModel
+        (50721, _SRATIONAL, matrix), (50778, _SHORT, (21,)),  # ColorMatrix1 under D65
+        (50728, _RATIONAL, (1, 1, 1, 1, 1, 1)),  # AsShotNeutral: the camera's white balance
+    ]
+    if date is not None:
+        tags.append((34665, _LONG, (tiff.ifd([(36867, _ASCII, date.encode() + b"\x00")]),)))  # DateTimeOriginal
+    if preview is None:
+        ifd0 = tiff.ifd(raw_ifd + tags)
+    else:
+        pw, ph = preview.size
+        if preview_kind == "jpeg":
+            buf = io.BytesIO()
+            preview.convert("RGB").save(buf, "JPEG", quality=92)
+            data, coding = buf.getvalue(), [(259, _SHORT, (7,)), (262, _SHORT, (6,))]  # JPEG, YCbCr
+        elif preview_kind == "bitmap":
+            data, coding = np.asarray(preview.convert("RGB")).tobytes(), [(259, _SHORT, (1,)), (262, _SHORT, (2,))]
+        else:
+            raise ValueError(f"preview_kind must be 'jpeg' or 'bitmap', got {preview_kind!r}")
+        at = tiff.block(data)
+        preview_ifd = [
+            (254, _LONG, (1,)), (256, _LONG, (pw,)), (257, _LONG, (ph,)), (258, _SHORT, (8, 8, 8)),
+            (273, _LONG, (at,)), (277, _SHORT, (3,)), (278, _LONG, (ph,)), (279, _LONG, (len(data),)),
+            (284, _SHORT, (1,)), *coding,
+        ]
+        if preview_in == "ifd0":
+            ifd0 = tiff.ifd(preview_ifd + tags + [(330, _LONG, (tiff.ifd(raw_ifd),))])
+        elif preview_in == "subifd":
+            ifd0 = tiff.ifd(raw_ifd + tags + [(330, _LONG, (tiff.ifd(preview_ifd),))])
+        else:
+            raise ValueError(f"preview_in must be 'ifd0' or 'subifd', got {preview_in!r}")
+    tiff.buf[4:8] = struct.pack("<I", ifd0)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(tiff.buf))
+    return path
 
 
 # --------------------------------------------------------------------------- sample folder

@@ -8,7 +8,7 @@ ConfigError naming the file and the key, never replaced silently by a default.
 `load_settings` reads the file once into a frozen `Settings` (a read-only mapping with typed
 attributes); `save_settings` merges values into the file, validates before writing and writes
 atomically. The CLI fills the options a command was not given (device, text tower, token
-budget, batch size, decoding threads) from the same object (`fill_args`): explicit flags win.
+budget, batch size, decoding threads, RAW+JPEG pairs) from the same object (`fill_args`): explicit flags win.
 Unknown keys (e.g. the GUI's window geometry) are kept as they are.
 """
 
@@ -40,6 +40,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "theme": "system",
     "top_k": 200,
     "max_tokens": None,  # None: the model's default budget
+    "raw_jpeg_pairs": "jpeg",  # a RAW beside a JPEG of the same name: index the JPEG only (engine.options)
 })
 
 _TEXT_KEYS = ("device", "default_model", "text_tower", "theme")
@@ -103,6 +104,10 @@ class Settings(Mapping[str, Any]):
     def thumbnail_cache_mb(self) -> int:
         return int(self._values["thumbnail_cache_mb"])
 
+    @property
+    def raw_jpeg_pairs(self) -> str:
+        return str(self._values["raw_jpeg_pairs"] or "jpeg")
+
 
 def settings_path(config_dir: Path | str) -> Path:
     return Path(config_dir) / SETTINGS_FILE
@@ -150,7 +155,7 @@ def save_settings(config_dir: Path | str, values: Mapping[str, Any]) -> Settings
 
 
 # argparse destinations the CLI fills from the settings when the command was not given them.
-CLI_KEYS = ("device", "text_tower", "max_tokens", "batch_size", "decode_workers")
+CLI_KEYS = ("device", "text_tower", "max_tokens", "batch_size", "decode_workers", "raw_jpeg_pairs")
 
 
 def fill_args(args: Any, settings: Settings) -> Any:

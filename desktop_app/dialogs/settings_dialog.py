@@ -27,6 +27,8 @@ from desktop_app.facade import DEVICES, Backend, LonglensError, ModelInfo
 THEME_LABELS = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
 DEVICE_LABELS = {"auto": "Automatic (best available)", "cuda": "CUDA (NVIDIA GPU)", "mps": "MPS (Apple GPU)",
                  "cpu": "CPU"}
+# A RAW file and a JPEG (or HEIF) of the same name in one folder: the camera's RAW+JPEG mode.
+RAW_JPEG_PAIR_LABELS = {"jpeg": "Index the JPEG only", "raw": "Index the RAW only", "both": "Index both files"}
 
 
 class SettingsDialog(QDialog):
@@ -78,6 +80,13 @@ class SettingsDialog(QDialog):
         self.workers = QSpinBox()
         self.workers.setRange(*backend.setting_range("decode_workers"))
         self.workers.setValue(int(s.get("decode_workers") or 2))
+        self.raw_pairs = QComboBox()
+        for key in backend.setting_choices("raw_jpeg_pairs"):
+            self.raw_pairs.addItem(RAW_JPEG_PAIR_LABELS.get(key, key), key)
+        self.raw_pairs.setCurrentIndex(max(0, self.raw_pairs.findData(s.get("raw_jpeg_pairs") or "jpeg")))
+        self.raw_pairs.setToolTip("A RAW file and a JPEG or HEIF with the same name in the same folder are one "
+                                  "shot. Applies from the next indexing run; the file left out is removed "
+                                  "from the library.")
 
         self.cache_mb = QSpinBox()
         self.cache_mb.setRange(*backend.setting_range("thumbnail_cache_mb"))
@@ -105,6 +114,7 @@ class SettingsDialog(QDialog):
         inf = QFormLayout(index_box)
         inf.addRow("Batch size", self.batch)
         inf.addRow("Decoding threads", self.workers)
+        inf.addRow("RAW+JPEG pairs", self.raw_pairs)
         look_box = QGroupBox("Display")
         lf = QFormLayout(look_box)
         lf.addRow("Thumbnail cache", cache_row)
@@ -150,6 +160,7 @@ class SettingsDialog(QDialog):
             "top_k": self.top_k.value(),
             "batch_size": self.batch.value(),
             "decode_workers": self.workers.value(),
+            "raw_jpeg_pairs": self.raw_pairs.currentData(),
             "thumbnail_cache_mb": self.cache_mb.value(),
             "theme": self.theme.currentData(),
         }

@@ -40,7 +40,7 @@ def cmd_cluster_index(args: argparse.Namespace) -> int:
 
     if installed_model_dir(model, paths) is None:
         raise LonglensError(f"model {model!r} is not installed; `longlens models list` shows what is")
-    options = ClusterOptions(address=args.cluster, device=args.device)
+    options = ClusterOptions(address=args.cluster, device=args.device, raw_jpeg_pairs=args.raw_jpeg_pairs)
     out = Path(args.out)
     summaries = []
     for i, folder in enumerate(args.paths):

@@ -37,9 +37,22 @@ def summary_text(s: dict) -> str:
     )
     if s["cancelled"]:
         lines.append("  CANCELLED: committed batches are kept; run again to resume")
+    if s.get("pair_files_left_out"):
+        lines.append(pair_line(s))
     lines += common.file_problem_lines(s)
     lines += [f"  note: {n}" for n in s["index_notes"]]
     return "\n".join(lines)
+
+
+def pair_line(s: dict) -> str:
+    """What was done with RAW+JPEG pairs (same name, same folder), and how to change it."""
+    n = s["pair_files_left_out"]
+    if s["raw_jpeg_pairs"] == "raw":
+        kept, left = "RAW", "JPEG/HEIF"
+    else:
+        kept, left = "JPEG/HEIF", "RAW"
+    return (f"  RAW+JPEG pairs: {n} {left} file{'s' if n != 1 else ''} left out, the {kept} of each pair is "
+            f"indexed (--raw-jpeg-pairs both indexes both)")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -50,7 +63,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         return cmd_cluster_index(args)
     with common.services(args) as svc:
         embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
-        indexer = svc.indexer(embedder, batch_size=args.batch_size, decode_workers=args.decode_workers)
+        indexer = svc.indexer(embedder, batch_size=args.batch_size, decode_workers=args.decode_workers,
+                              raw_jpeg_pairs=args.raw_jpeg_pairs)
         summaries = []
         for folder in args.paths:
             last = common.run_job(lambda tok, f=folder: indexer.run(f, cancel=tok), quiet=args.json or args.quiet)
@@ -109,7 +123,8 @@ def cmd_check_catalog(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-INDEX_FLAGS = {"model": "--model", "batch_size": "--batch-size", "cluster": "--cluster", "out": "--out"}
+INDEX_FLAGS = {"model": "--model", "batch_size": "--batch-size", "cluster": "--cluster", "out": "--out",
+               "raw_jpeg_pairs": "--raw-jpeg-pairs"}
 
 
 def register(sub: Any) -> None:
@@ -122,6 +137,9 @@ def register(sub: Any) -> None:
     si.add_argument("--model")
     si.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: the settings' device, auto)")
     si.add_argument("--batch-size", type=options.BATCH_SIZE, help="images per batch (default: the settings', 16)")
+    si.add_argument("--raw-jpeg-pairs", type=options.RAW_JPEG_PAIRS, metavar="{jpeg,raw,both}",
+                    help="a RAW file and a JPEG/HEIF of the same name in one folder are one shot: index the "
+                         "JPEG (default, from the settings), the RAW, or both")
     si.add_argument("--json", action="store_true", help="print a JSON summary")
     si.add_argument("--quiet", action="store_true", help="no progress bar")
     si.add_argument("--cluster", metavar="ADDRESS", help="embed on Ray ('local', 'local:N' or a Ray address) "

@@ -50,6 +50,8 @@ class ClusterIndexSummary:
     embedded: int = 0
     unreadable: list[dict[str, str]] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    raw_jpeg_pairs: str = "jpeg"  # as engine.indexing.pipeline.IndexSummary
+    pair_files_left_out: int = 0
     shards_written: int = 0
     complete: bool = False
     cancelled: bool = False
@@ -71,6 +73,7 @@ class ClusterOptions:
     cpus_per_actor: float | None = None  # default: 1 on CPU-only clusters, the node's CPUs per GPU otherwise
     decode_threads: int | None = None  # inside each actor; default: max(2, its CPUs)
     device: str = "auto"
+    raw_jpeg_pairs: str = "jpeg"  # which file of a RAW+JPEG pair is embedded (engine.options.RAW_JPEG_PAIRS)
 
 
 def parse_address(address: str) -> tuple[str | None, int | None]:
@@ -185,7 +188,8 @@ def run_cluster_index(
     summary = ClusterIndexSummary(root=str(root), model_id=model, out=str(out), run_id=run_id,
                                   address=options.address)
 
-    entries = yield from scan_entries(root, summary, cancel, report_every=1000)
+    entries = yield from scan_entries(root, summary, cancel, report_every=1000,
+                                      raw_jpeg_pairs=options.raw_jpeg_pairs)
     if cancel.cancelled:
         summary.cancelled = True
         summary.elapsed_s = time.monotonic() - t0

@@ -20,10 +20,16 @@ Reason tags (`DecodeError.reason`):
 "empty file"         zero bytes
 "not an image"       no image format recognises the content
 "unsupported format" an image, but in a format or colour mode we do not decode
-"too large"          the header claims more than `max_pixels`, or memory ran out
+"too large"          the header claims more than `max_pixels`, or memory ran out; a RAW file
+                     over MAX_RAW_BYTES
 "truncated"          the file ends before the image data does
+"unsupported RAW"    a RAW file (by extension) that LibRaw cannot read: a camera newer than
+                     the LibRaw in use, or not a RAW file at all
 "decode error"       anything else: corrupt data inside an otherwise valid file
 ==================== ==========================================================
+
+RAW files (RAW_EXTENSIONS) go through LibRaw, in engine.indexing.raw: the embedded preview
+when it is large enough for the caller, else a half-size demosaic.
 
 Files are opened only through engine.fileutil.open_user_file: never blocking (a FIFO),
 never reading without end (a device, a file still growing), with no stat-then-open race.
@@ -39,6 +45,7 @@ from __future__ import annotations
 import errno
 import re
 import threading
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,10 +60,17 @@ from engine.types import ImageMeta
 __all__ = [
     "DECODE_REASONS",
     "MAX_PIXELS",
+    "MAX_RAW_BYTES",
+    "NO_EXIF",
+    "RAW_EXTENSIONS",
     "SUPPORTED_EXTENSIONS",
+    "ExifFields",
+    "capture_date",
     "decode_image",
+    "fields_from_exif",
     "open_error",
     "read_meta",
+    "upright",
 ]
 
 DECODE_REASONS: frozenset[str] = frozenset(
@@ -70,6 +84,7 @@ DECODE_REASONS: frozenset[str] = frozenset(
         "unsupported format",
         "too large",
         "truncated",
+        "unsupported RAW",
         "decode error",
     }
 )
@@ -97,6 +112,26 @@ def _avif_available() -> bool:
 
 _AVIF = _avif_available()
 
+# Camera RAW files, decoded by LibRaw (rawpy): Canon (CR2, CR3), Nikon (NEF), Sony (ARW), Adobe
+# and many phones and cameras (DNG), Fujifilm (RAF), Olympus/OM System (ORF), Panasonic (RW2),
+# Pentax (PEF). Picked by extension: TIFF-based RAWs look like TIFFs to Pillow, whose reading of
+# them would give the small first-IFD thumbnail or the undemosaiced sensor data.
+RAW_EXTENSIONS: frozenset[str] = frozenset({".cr2", ".cr3", ".nef", ".arw", ".dng", ".raf", ".orf", ".rw2", ".pef"})
+
+# A RAW is handed to LibRaw whole, in memory. 512 MiB is above the largest camera RAWs of these
+# formats (an uncompressed 102 MP Fujifilm GFX100 RAF is about 205 MB, a 61 MP Sony ARW about
+# 125 MB); larger files are stitched panorama DNGs or not camera files.
+MAX_RAW_BYTES: int = 512 * 1024 * 1024
+
+
+def _rawpy_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("rawpy") is not None
+
+
+_RAW = _rawpy_installed()
+
 # Extensions the scanner should hand to decode_image (lower-case, with the dot).
 # .jfif is what Windows names many JPEGs saved from browsers; .hif is the HEIF
 # extension Fujifilm and Canon cameras write.
@@ -111,6 +146,7 @@ SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(
         ".heic", ".heif", ".hif",
     }
     | ({".avif"} if _AVIF else set())
+    | (RAW_EXTENSIONS if _RAW else set())
 )  # fmt: skip
 
 # Pillow plugins we let identify a file, in priority order. Restricting the list keeps
@@ -203,12 +239,20 @@ def decode_image(
     Raises DecodeError (reason in DECODE_REASONS) for any unreadable file; a path that is now a
     FIFO, device, socket or folder is "not a file" (never a hang), and so is a symbolic link when
     `follow_symlinks` is False (the scan saw a plain file there).
+
+    A RAW file (RAW_EXTENSIONS) comes from its embedded preview when that is at least
+    `target_size` on its short side, else from a half-size demosaic; without `target_size`, at
+    about half the sensor's resolution (engine.indexing.raw says why).
     """
     if target_size is not None and target_size < 1:
         raise ValueError(f"target_size must be positive, got {target_size}")
     path = Path(path)
     try:
         with _open_file(path, follow_symlinks) as fh:
+            if _is_raw(path, fh):
+                from engine.indexing.raw import decode_raw
+
+                return decode_raw(_read_raw(fh, path), path.suffix.lower(), target_size, max_pixels)
             im = _open(fh, path, fh.size)
             try:
                 rgb, meta = _decode_opened(im, target_size, max_pixels)
@@ -236,11 +280,15 @@ def read_meta(path: Path, *, follow_symlinks: bool = True) -> ImageMeta:
     path = Path(path)
     try:
         with _open_file(path, follow_symlinks) as fh:
+            if _is_raw(path, fh):
+                from engine.indexing.raw import read_raw_meta
+
+                return read_raw_meta(_read_raw(fh, path), path.suffix.lower())
             im = _open(fh, path, fh.size)
             try:
                 # PngImageFile.getexif() decodes all pixels when the eXIf chunk is not
                 # ahead of the image data; such EXIF is skipped here rather than decode.
-                fields = _NO_EXIF if _png_exif_pending(im) else _exif_fields(im)
+                fields = NO_EXIF if _png_exif_pending(im) else _exif_fields(im)
                 return _build_meta(im, im.size, fields, _pending_without_load(im, fields))
             finally:
                 im.close()
@@ -276,6 +324,29 @@ def _open_file(path: Path, follow_symlinks: bool) -> UserFile:
         fh.close()
         raise DecodeError("empty file", str(path))
     return fh
+
+
+def _is_raw(path: Path, fh: UserFile) -> bool:
+    """Whether the file goes to LibRaw: a RAW extension, unless the content is plainly another
+    picture format (a JPEG or HEIF saved under a RAW name), which LibRaw would refuse. TIFF
+    content stays RAW: most RAW formats are TIFF-based."""
+    if path.suffix.lower() not in RAW_EXTENSIONS:
+        return False
+    head = fh.read(32)
+    fh.seek(0)
+    return _sniff(head) in (None, "TIFF")
+
+
+def _read_raw(fh: UserFile, path: Path) -> bytes:
+    """The whole RAW file (LibRaw parses it in memory), refused before reading when over MAX_RAW_BYTES."""
+    if fh.size > MAX_RAW_BYTES:
+        raise DecodeError("too large", f"{fh.size / 2**20:.0f} MiB RAW file exceeds {MAX_RAW_BYTES / 2**20:.0f} MiB")
+    if not _RAW:
+        raise DecodeError("unsupported RAW", "rawpy (LibRaw) is not installed")
+    try:
+        return fh.read()
+    except OSError as exc:
+        raise open_error(exc, path) from exc
 
 
 def _open(fh: Any, path: Path, file_size: int) -> Image.Image:
@@ -331,13 +402,20 @@ def _decode_opened(
         if factor >= 2:
             # ceil(side / factor) >= target_size for both sides, by choice of factor.
             rgb = rgb.reduce(factor)
-    if pending in _TRANSPOSE:
-        rgb = rgb.transpose(_TRANSPOSE[pending])
-        # The copied info still says "rotate me"; drop it so that code which later calls
-        # ImageOps.exif_transpose on our result does not turn the picture twice.
-        for key in ("exif", "xmp", "XML:com.adobe.xmp"):
-            rgb.info.pop(key, None)
-    return rgb, meta
+    return upright(rgb, pending), meta
+
+
+def upright(image: Image.Image, orientation: int | None) -> Image.Image:
+    """`image` turned as EXIF `orientation` (1..8) says the stored pixels must be to stand upright;
+    the same image for 1 or None."""
+    if orientation not in _TRANSPOSE:
+        return image
+    turned = image.transpose(_TRANSPOSE[orientation])
+    # The copied info still says "rotate me"; drop it so that code which later calls
+    # ImageOps.exif_transpose on our result does not turn the picture twice.
+    for key in ("exif", "xmp", "XML:com.adobe.xmp"):
+        turned.info.pop(key, None)
+    return turned
 
 
 def _to_rgb(im: Image.Image) -> Image.Image:
@@ -413,15 +491,15 @@ def _high_depth_to_rgb(im: Image.Image) -> Image.Image:
     return Image.fromarray(grey, "L").convert("RGB")
 
 
-_ExifFields = tuple[str | None, str | None, str | None, int | None]  # date, make, model, orientation
-_NO_EXIF: _ExifFields = (None, None, None, None)
+ExifFields = tuple[str | None, str | None, str | None, int | None]  # date, make, model, orientation
+NO_EXIF: ExifFields = (None, None, None, None)
 
 
 def _png_exif_pending(im: Image.Image) -> bool:
     return im.format == "PNG" and "exif" not in im.info and "Raw profile type exif" not in im.info
 
 
-def _pending_without_load(im: Image.Image, fields: _ExifFields) -> int | None:
+def _pending_without_load(im: Image.Image, fields: ExifFields) -> int | None:
     """The orientation decode_image would still apply, judged from the header alone."""
     if im.format == "HEIF":
         return None  # libheif decodes upright
@@ -438,7 +516,7 @@ def _pending_without_load(im: Image.Image, fields: _ExifFields) -> int | None:
 
 
 def _build_meta(
-    im: Image.Image, size: tuple[int, int], fields: _ExifFields, pending: int | None
+    im: Image.Image, size: tuple[int, int], fields: ExifFields, pending: int | None
 ) -> ImageMeta:
     """`size` as reported at open; turned when the still-pending orientation swaps sides."""
     date, make, model, found = fields
@@ -461,26 +539,39 @@ def _build_meta(
     )
 
 
-def _exif_fields(im: Image.Image) -> _ExifFields:
+def _exif_fields(im: Image.Image) -> ExifFields:
     # Broken EXIF must not cost the picture: any parse failure just means "no EXIF".
     try:
         exif = im.getexif()
     except Exception:
-        return _NO_EXIF
-    orientation = _valid_orientation(exif.get(_TAG_ORIENTATION))
-    make = _clean_text(exif.get(_TAG_MAKE))
-    model = _clean_text(exif.get(_TAG_MODEL))
-    date = None
+        return NO_EXIF
+    return fields_from_exif(exif)
+
+
+def fields_from_exif(exif: Image.Exif) -> ExifFields:
+    """(capture date, make, model, orientation) of a parsed EXIF block; None for what it lacks or
+    has broken."""
     try:
-        sub = exif.get_ifd(_IFD_EXIF)
-        # DateTimeDigitized is the capture time for scans and some phones that omit
-        # DateTimeOriginal; IFD0 DateTime is the last edit, so it is not used.
-        date = _parse_exif_date(sub.get(_TAG_DATETIME_ORIGINAL)) or _parse_exif_date(
-            sub.get(_TAG_DATETIME_DIGITIZED)
-        )
+        orientation = _valid_orientation(exif.get(_TAG_ORIENTATION))
+        make = _clean_text(exif.get(_TAG_MAKE))
+        model = _clean_text(exif.get(_TAG_MODEL))
+    except Exception:
+        return NO_EXIF
+    try:
+        date = capture_date(exif.get_ifd(_IFD_EXIF))
     except Exception:
         date = None
     return date, make, model, orientation
+
+
+def capture_date(exif_ifd: Mapping[int, Any]) -> str | None:
+    """The capture time in an EXIF sub-IFD's tags, as 'YYYY-MM-DDTHH:MM:SS', or None.
+
+    DateTimeDigitized is the capture time for scans and some phones that omit DateTimeOriginal;
+    IFD0 DateTime is the last edit, so it is not used."""
+    return _parse_exif_date(exif_ifd.get(_TAG_DATETIME_ORIGINAL)) or _parse_exif_date(
+        exif_ifd.get(_TAG_DATETIME_DIGITIZED)
+    )
 
 
 def _orientation_of(im: Image.Image) -> int | None:

@@ -23,8 +23,8 @@ from engine.errors import DecodeError, JobCancelled
 from engine.fileutil import sha256_file
 from engine.index.store import IndexStore
 from engine.index.vector_index import VectorIndex
-from engine.indexing.decode import SUPPORTED_EXTENSIONS, decode_image, open_error
-from engine.indexing.scanner import FileEntry, Skipped, scan_folder
+from engine.indexing.decode import RAW_EXTENSIONS, SUPPORTED_EXTENSIONS, decode_image, open_error
+from engine.indexing.scanner import FileEntry, Skipped, scan_folder, split_raw_pairs
 from engine.jobs import CancelToken, Progress, RateMeter
 from engine.models.base import Embedder
 from engine.types import (
@@ -75,6 +75,10 @@ class IndexSummary:
     stale_vectors_dropped: int = 0
     unreadable: list[dict[str, str]] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    # RAW+JPEG pairs: how the pairs were taken (engine.options.RAW_JPEG_PAIRS) and the files of
+    # the pairs left out of this library (a RAW whose JPEG is indexed, or the other way round).
+    raw_jpeg_pairs: str = "jpeg"
+    pair_files_left_out: int = 0
     index_notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -113,11 +117,17 @@ class _Prepared:
     vector: np.ndarray | None = None
 
 
-def scan_entries(root: Path, summary: Any, cancel: CancelToken,
-                 report_every: int = 500) -> Generator[Progress, None, list[FileEntry]]:
+def scan_entries(root: Path, summary: Any, cancel: CancelToken, report_every: int = 500,
+                 raw_jpeg_pairs: str = "jpeg") -> Generator[Progress, None, list[FileEntry]]:
     """Scan `root` for supported images (`entries = yield from scan_entries(...)`): yields scan
-    progress, records skipped paths and the count in `summary`, returns the entries found (those
-    so far when cancelled). `summary`: any summary with `skipped` (list) and `scanned`."""
+    progress, records skipped paths and the count in `summary`, returns the entries to index
+    (those so far when cancelled). Of a RAW+JPEG pair only the file `raw_jpeg_pairs` names is
+    returned ("both": both; engine.options.RAW_JPEG_PAIRS); the count left out goes into the
+    summary. `summary`: any summary with `skipped` (list), `scanned`, `raw_jpeg_pairs` and
+    `pair_files_left_out`."""
+    from engine.options import RAW_JPEG_PAIRS
+
+    summary.raw_jpeg_pairs = RAW_JPEG_PAIRS.check(raw_jpeg_pairs)
     entries: list[FileEntry] = []
     for item in scan_folder(root, SUPPORTED_EXTENSIONS, cancel=None):
         if cancel.cancelled:
@@ -128,6 +138,8 @@ def scan_entries(root: Path, summary: Any, cancel: CancelToken,
             entries.append(item)
             if len(entries) % report_every == 0:
                 yield Progress("scan", len(entries), None, f"found {len(entries)} images")
+    entries, left_out = split_raw_pairs(entries, raw_jpeg_pairs, RAW_EXTENSIONS)
+    summary.pair_files_left_out = len(left_out)
     summary.scanned = len(entries)
     if not cancel.cancelled:
         yield Progress("scan", len(entries), len(entries), f"found {len(entries)} images")
@@ -145,15 +157,19 @@ class Indexer:
         *,
         batch_size: int = 32,
         decode_workers: int = 2,
+        raw_jpeg_pairs: str = "jpeg",
     ) -> None:
         self.catalog = catalog
         self.store = store
         self.embedder = embedder
-        from engine.options import BATCH_SIZE, SETTINGS_NUMBERS
+        from engine.options import BATCH_SIZE, RAW_JPEG_PAIRS, SETTINGS_NUMBERS
 
         # Defence in depth: a batch size of 0 would scan nothing and still mark the library scanned.
         self.batch_size = BATCH_SIZE.check(batch_size)
         self.decode_workers = SETTINGS_NUMBERS["decode_workers"][0].check(decode_workers)
+        # Which file of a RAW+JPEG pair is indexed; the other is left out of the library (and a row
+        # indexed before under another choice is swept like a deleted file).
+        self.raw_jpeg_pairs = RAW_JPEG_PAIRS.check(raw_jpeg_pairs)
         self._model_thread: ThreadPoolExecutor | None = None  # created on first use
 
     # -- the job ------------------------------------------------------------
@@ -192,7 +208,7 @@ class Indexer:
         self.catalog.set_library_status(lib.id, LIBRARY_PARTIAL)
 
         # 1. scan
-        entries = yield from scan_entries(root, summary, cancel)
+        entries = yield from scan_entries(root, summary, cancel, raw_jpeg_pairs=self.raw_jpeg_pairs)
         if cancel.cancelled:
             summary.cancelled = True
             summary.elapsed_s = time.monotonic() - t0

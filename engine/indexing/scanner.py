@@ -116,3 +116,37 @@ def scan_folder(
                 yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns, followed_link=is_link)
         # Depth-first in name order, so scans are deterministic.
         stack.extend(reversed(subfolders))
+
+
+# The pictures a camera writes beside a RAW of the same name (RAW+JPEG, RAW+HEIF modes).
+RAW_TWIN_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".heic", ".heif", ".hif"})
+
+
+def split_raw_pairs(
+    entries: list[FileEntry], keep: str, raw_extensions: frozenset[str]
+) -> tuple[list[FileEntry], list[FileEntry]]:
+    """(entries to index, entries left out) for RAW+JPEG pairs: a RAW file (`raw_extensions`) and
+    a JPEG or HEIF (RAW_TWIN_EXTENSIONS) with the same name in the same folder are one shot.
+    `keep`: "jpeg" indexes the JPEG (the camera's own rendering, cheap to decode), "raw" the RAW,
+    "both" both. Names are compared case-insensitively (IMG_0001.CR2 and IMG_0001.jpg pair, as
+    on the case-insensitive file systems of Windows and macOS). Order is kept."""
+    if keep == "both":
+        return list(entries), []
+    if keep not in ("jpeg", "raw"):
+        raise ValueError(f"keep must be 'jpeg', 'raw' or 'both', got {keep!r}")
+    raws: set[str] = set()
+    twins: set[str] = set()
+    for e in entries:
+        stem, ext = os.path.splitext(e.rel_path)
+        if ext.lower() in raw_extensions:
+            raws.add(stem.casefold())
+        elif ext.lower() in RAW_TWIN_EXTENSIONS:
+            twins.add(stem.casefold())
+    paired = raws & twins
+    drop = raw_extensions if keep == "jpeg" else RAW_TWIN_EXTENSIONS
+    kept: list[FileEntry] = []
+    left_out: list[FileEntry] = []
+    for e in entries:
+        stem, ext = os.path.splitext(e.rel_path)
+        (left_out if ext.lower() in drop and stem.casefold() in paired else kept).append(e)
+    return kept, left_out

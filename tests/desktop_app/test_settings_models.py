@@ -104,3 +104,33 @@ def test_pull_fails_gracefully_offline(qtbot, window):
     assert boxes and "offline" in boxes[0].text().lower()
     assert dlg.pull is None and not dlg.bar.isVisible() and dlg.pull_button.isEnabled()
     assert not dlg.models[dlg.row_of("blip-itm-base-coco")].installed
+
+
+def test_raw_jpeg_pairs_is_chosen_in_settings_and_used_by_gui_indexing(qtbot, window, paths, tmp_path):
+    from engine.catalog import Catalog
+    from engine.options import RAW_JPEG_PAIRS
+    from engine.samples import marker_picture, write_dng, write_image
+    from tests.desktop_app.conftest import index_folder
+
+    folder = tmp_path / "shoot"
+    picture = marker_picture((128, 96))
+    write_dng(folder / "IMG_0001.DNG", picture, preview=picture)
+    write_image(folder / "IMG_0001.JPG", picture, "JPEG")
+    dlg = window.open_settings()
+    settle(qtbot, dlg._models_job)
+    combo = dlg.raw_pairs
+    assert tuple(combo.itemData(i) for i in range(combo.count())) == RAW_JPEG_PAIRS.choices
+    assert combo.currentData() == "jpeg" and combo.currentText() == "Index the JPEG only"
+    combo.setCurrentIndex(combo.findData("both"))
+    dlg.accept()
+    assert json.loads((paths.config / "settings.json").read_text(encoding="utf-8"))["raw_jpeg_pairs"] == "both"
+    root, summary, error = index_folder(qtbot, window, folder)
+    assert error == "" and summary.raw_jpeg_pairs == "both" and summary.new == 2
+    with Catalog(paths.catalog) as cat:
+        (lib,) = cat.libraries()
+        assert sorted(r.rel_path for r in cat.image_records(lib.id)) == ["IMG_0001.DNG", "IMG_0001.JPG"]
+    # Reopened, the dialog shows the saved choice.
+    again = window.open_settings()
+    settle(qtbot, again._models_job)
+    assert again.raw_pairs.currentData() == "both"
+    again.reject()

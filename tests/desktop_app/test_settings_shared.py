@@ -49,11 +49,13 @@ def recorded(monkeypatch):
 
 def test_cli_and_gui_read_the_same_settings(paths, tmp_path, recorded, capsys):
     tower = tmp_path / "tower"
-    _write_settings(paths, device="cpu", text_tower=str(tower), max_tokens=48, batch_size=4, decode_workers=3)
+    _write_settings(paths, device="cpu", text_tower=str(tower), max_tokens=48, batch_size=4, decode_workers=3,
+                    raw_jpeg_pairs="both")
     backend = Backend(paths)
     try:
         s = backend.settings()
         assert (s.device, s.text_tower, s.max_tokens, s.batch_size, s.decode_workers) == ("cpu", tower, 48, 4, 3)
+        assert s.raw_jpeg_pairs == "both"
         assert s == engine_settings.load_settings(paths.config)
     finally:
         backend.close()
@@ -65,14 +67,15 @@ def test_cli_and_gui_read_the_same_settings(paths, tmp_path, recorded, capsys):
     photos.mkdir()
     assert engine_cli.main(["index", str(photos)]) == 2
     assert recorded["embedder"] == {"device": "cpu", "text_tower": tower}
-    assert recorded["indexer"] == {"batch_size": 4, "decode_workers": 3}
+    assert recorded["indexer"] == {"batch_size": 4, "decode_workers": 3, "raw_jpeg_pairs": "both"}
     # ... and explicit flags win.
     assert engine_cli.main(["search", "a dog", "--device", "cuda", "--max-tokens", "32",
                             "--text-tower", str(tmp_path / "other")]) == 2
     assert recorded["embedder"] == {"device": "cuda", "text_tower": tmp_path / "other"}
     assert recorded["search"]["max_tokens"] == 32
-    assert engine_cli.main(["index", str(photos), "--batch-size", "8", "--device", "cuda"]) == 2
-    assert recorded["indexer"] == {"batch_size": 8, "decode_workers": 3}
+    assert engine_cli.main(["index", str(photos), "--batch-size", "8", "--device", "cuda",
+                            "--raw-jpeg-pairs", "raw"]) == 2
+    assert recorded["indexer"] == {"batch_size": 8, "decode_workers": 3, "raw_jpeg_pairs": "raw"}
     assert recorded["embedder"]["device"] == "cuda"
     # ground (and check, which shares its model options) load the model the Inspector and the
     # Review panel use: the settings' device and text tower.

@@ -81,3 +81,43 @@ def test_non_utf8_names(tmp_path):
     (tmp_path / name).write_bytes(b"1")
     found, _ = _scan(tmp_path)
     assert [f.rel_path for f in found] == [name]
+
+
+# --------------------------------------------------------------------------- RAW+JPEG pairs
+
+
+def _pair_folder(root) -> list[FileEntry]:
+    from engine.indexing.decode import SUPPORTED_EXTENSIONS
+
+    for rel in ["IMG_0001.CR2", "IMG_0001.JPG", "IMG_0002.NEF", "IMG_0003.jpg", "IMG_0004.dng",
+                "img_0004.jpeg", "IMG_0005.ARW", "IMG_0005.HIF", "IMG_0006.RAF", "IMG_0006.png",
+                "trip/IMG_0007.ORF", "IMG_0007.JPG", "trip/IMG_0008.rw2", "trip/IMG_0008.JPG"]:
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x")
+    found = [item for item in scan_folder(root, SUPPORTED_EXTENSIONS) if isinstance(item, FileEntry)]
+    return found
+
+
+def test_raw_jpeg_pairs_keep_the_jpeg_by_default_in_scan_order(tmp_path):
+    from engine.indexing.decode import RAW_EXTENSIONS
+    from engine.indexing.scanner import split_raw_pairs
+
+    entries = _pair_folder(tmp_path)
+    kept, left_out = split_raw_pairs(entries, "jpeg", RAW_EXTENSIONS)
+    # Pairs: same folder, same name (any case), a RAW and a JPEG or HEIF. A PNG is no camera twin,
+    # and IMG_0007.ORF in trip/ has no JPEG beside it.
+    assert [e.rel_path for e in left_out] == ["IMG_0001.CR2", "IMG_0004.dng", "IMG_0005.ARW", "trip/IMG_0008.rw2"]
+    assert [e.rel_path for e in kept] == [e.rel_path for e in entries if e not in left_out]
+
+
+def test_raw_jpeg_pairs_can_keep_the_raw_or_both(tmp_path):
+    from engine.indexing.decode import RAW_EXTENSIONS
+    from engine.indexing.scanner import split_raw_pairs
+
+    entries = _pair_folder(tmp_path)
+    kept, left_out = split_raw_pairs(entries, "raw", RAW_EXTENSIONS)
+    assert [e.rel_path for e in left_out] == ["IMG_0001.JPG", "IMG_0005.HIF", "img_0004.jpeg", "trip/IMG_0008.JPG"]
+    assert len(kept) + len(left_out) == len(entries)
+    kept, left_out = split_raw_pairs(entries, "both", RAW_EXTENSIONS)
+    assert kept == entries and left_out == []

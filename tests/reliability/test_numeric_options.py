@@ -84,10 +84,15 @@ def _numeric_actions() -> list[tuple[str, list[str], argparse.ArgumentParser, ar
             if isinstance(action, (argparse._SubParsersAction, argparse._HelpAction)) or action.nargs == 0:
                 continue
             number = _number_of(action)
-            if number is None and action.type in NON_NUMERIC_TYPES:
-                continue
+            if number is None and (action.type in NON_NUMERIC_TYPES or isinstance(action.type, options.Choice)):
+                continue  # text, paths, and fixed choices (test_choice_options_refuse_other_values)
             rows.append((label, prefix, parser, action, number))
     return rows
+
+
+def _choice_actions() -> list[tuple[str, list[str], argparse.ArgumentParser, argparse.Action]]:
+    return [(label, prefix, parser, action) for label, prefix, parser in _all_parsers()
+            for action in parser._actions if isinstance(action.type, options.Choice)]
 
 
 NUMERIC = _numeric_actions()
@@ -166,6 +171,36 @@ def test_numeric_option_refuses_zero_negative_and_absurd_values(row, capsys) -> 
         assert exc.value.code == 2, (label, flag, probe)
         assert flag in err and number.field in err, err  # argparse names the flag, the engine the field
         assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("row", _choice_actions(), ids=[f"{r[0]} {r[3].option_strings[-1]}" for r in _choice_actions()])
+def test_choice_options_refuse_other_values(row, capsys) -> None:
+    label, prefix, parser, action = row
+    choice: options.Choice = action.type
+    flag = action.option_strings[-1]
+    base = [*prefix, *_filler(parser, action)]
+    root = _root_parser("longlens" if label.startswith("longlens") else " ".join(label.split()[:3]))
+    for value in choice.choices:
+        assert getattr(root.parse_args([*base, flag, value]), action.dest) == value
+    for probe in ("", "JPEG", "jpg", "0"):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            root.parse_args([*base, f"{flag}={probe}"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and flag in err and choice.field in err and "Traceback" not in err
+        # The settings file's check says the same words (engine/options.py SETTINGS_CHOICES).
+        with pytest.raises(options.OptionError) as same:
+            choice.check(probe)
+        assert str(same.value) in err
+
+
+def test_the_settings_choices_are_the_flags_choices() -> None:
+    flagged = {a.type for _, _, _, a in _choice_actions()}
+    assert set(options.SETTINGS_CHOICES.values()) <= flagged
+    for key, choice in options.SETTINGS_CHOICES.items():
+        options.validate_settings({key: choice.choices[0]}, "settings.json")
+        with pytest.raises(ConfigError, match=re.escape(f"setting {key!r}: {choice.field} must be one of")):
+            options.validate_settings({key: "nope"}, "settings.json")
 
 
 @functools.cache

@@ -39,11 +39,17 @@ def set_read_only(root: Path, read_only: bool = True) -> None:
 
 
 def build_originals(tree: Path, sample_master: Path, blip_tiny_checkpoint: Path) -> dict[str, Path]:
+    from engine.samples import marker_picture, stored_for_orientation, write_dng, write_image
     from engine.sceneworld.export import write_docci_layout, write_training_jsonl
 
     photos = tree / "photos"
     shutil.copytree(sample_master, photos)
     imgs = sorted(photos.rglob("*.jpg"))[:3]
+    # RAW files (issue 20): a RAW+JPEG pair from the camera, and a portrait RAW without a preview.
+    stored = stored_for_orientation(marker_picture((128, 96)), 6)
+    write_dng(photos / "raw" / "IMG_9001.DNG", stored, orientation=6, preview=stored)
+    write_image(photos / "raw" / "IMG_9001.JPG", stored, "JPEG", orientation=6)
+    raw = write_dng(photos / "raw" / "IMG_9002.dng", stored, orientation=6)
     (photos / "link-to-first.jpg").symlink_to(imgs[0])  # links inside a tree stay as they are
     captions = tree / "captions.jsonl"
     captions.write_text("\n".join([
@@ -62,7 +68,7 @@ def build_originals(tree: Path, sample_master: Path, blip_tiny_checkpoint: Path)
     docci = write_docci_layout(tree / "docci", seed=3, n=6, size=64).parent
     model = tree / "model-folder"
     shutil.copytree(blip_tiny_checkpoint, model)
-    return {"photos": photos, "image": imgs[0], "captions": captions, "captions_csv": captions_csv,
+    return {"photos": photos, "image": imgs[0], "raw": raw, "captions": captions, "captions_csv": captions_csv,
             "train": train, "docci": docci, "model": model}
 
 
@@ -94,11 +100,14 @@ def test_every_cli_verb_leaves_the_originals_untouched(home, cli, tmp_path, orig
     runs: list[tuple[tuple[str, ...], tuple[int, ...]]] = [
         (("index", str(f["photos"]), *model, "--quiet"), (0,)),
         (("index", str(f["photos"]), str(f["docci"]), *model, "--json"), (0,)),  # re-index + a second root
+        (("index", str(f["photos"]), *model, "--raw-jpeg-pairs", "both", "--quiet"), (0,)),  # the pair's RAW too
         (("search", QUERY, *model, "--json"), (0,)),
         (("search", QUERY, *model, "--folder", str(f["photos"]), "--rerank", "--json"), (0,)),
         (("search", "--image", str(f["image"]), *model), (0,)),
+        (("search", "--image", str(f["raw"]), *model), (0,)),
         (("libraries", "--json"), (0,)),
         (("ground", str(f["image"]), QUERY, "--out", str(out / "ground"), *model), (0,)),
+        (("ground", str(f["raw"]), QUERY, "--out", str(out / "ground-raw"), *model), (0,)),
         (("check", str(f["captions"]), "--out", str(out / "check.jsonl"), "--html", str(out / "check.html"),
           *model), (0, 1)),
         (("check", str(f["captions_csv"]), "--out", str(out / "check-csv.jsonl"), *model), (0, 1)),

@@ -533,6 +533,7 @@ READS_ALLOWED: dict[tuple[str, str], str] = {
     ("engine/index/vector_index.py", "_fsync_dir"): "opens a folder to fsync it",
     ("engine/indexing/decode.py", "_open"): "Image.open on the UserFile from open_user_file",
     ("engine/indexing/decode.py", "_identify_any"): "Image.open on the UserFile from open_user_file",
+    ("engine/indexing/raw.py", "_preview"): "Image.open on a RAW's preview bytes, from a read through open_user_file",
     ("engine/thumbnails.py", "ThumbnailCache.get"): "the thumbnail cache in the home",
     ("engine/bench/ann.py", "_load_user_array"): "np.load on the UserFile from open_user_file",
     ("engine/bench/encode.py", "naive_encode"): "images the benchmark generated itself",
