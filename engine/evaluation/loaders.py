@@ -1,12 +1,13 @@
 """Benchmark loaders: Flickr30k and COCO (Karpathy split JSON or COCO captions JSON),
 ShareGPT4V (conversation JSON), DOCCI (JSON lines) and SceneWorld (generated), all turned
-into one EvalSet: image files, texts, and the image each text belongs to.
+into one EvalSet: image files, texts, and the image each text belongs to. ShareGPT4V's and
+DOCCI's layouts are read by engine.evaluation.public_sets, shared with `longlens train convert`.
 
 Multi-caption rule (research brief §1): COCO and Flickr30k keep the first 5 captions of each
 image (in annotation order; a few COCO images have 6-7), scored so that an image→text query is
 a hit when ANY of its captions is in the top K. ShareGPT4V and DOCCI have one description per
-image. Bad input raises BenchmarkDataError naming the file and line (JSON lines) or the
-entry (JSON documents).
+image. Bad input raises BenchmarkDataError naming the file and line (JSON lines, ShareGPT4V's
+list: the line where the entry starts, and its index) or the entry (other JSON documents).
 """
 
 from __future__ import annotations
