@@ -56,7 +56,7 @@ class Bars:
     postfix: Callable[[Progress], str | None] | None = None  # e.g. loss and learning rate
     need_total: bool = False  # draw no bar for a stage whose total is not known yet
     announce: bool = False  # write the stage's first message above its bar
-    unit_scale: bool = False  # byte stages (unit "B") count as 5.16M rather than 5161284
+    scaled_units: frozenset[str] = frozenset()  # units shown with k/M/G prefixes (bytes: "B")
 
     def unit_of(self, stage: str) -> str:
         return self.unit(stage) if callable(self.unit) else self.unit
@@ -92,7 +92,7 @@ def run_job(make_job: Callable[[CancelToken], Iterator[Progress]], *, quiet: boo
                         b.close()
                     unit = bars.unit_of(last.stage)
                     bar = shown[last.stage] = tqdm(total=last.total, desc=last.stage, unit=unit,
-                                                   unit_scale=bars.unit_scale and unit == "B", file=sys.stderr,
+                                                   unit_scale=unit in bars.scaled_units, file=sys.stderr,
                                                    dynamic_ncols=True)
                     if bars.announce and last.message:
                         bar.write(last.message, file=sys.stderr)

@@ -33,7 +33,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             lambda tok: pull_model(args.name, paths, cancel=tok, trust_unpinned=args.trust_unpinned),
             quiet=False,
             bars=common.Bars(unit=lambda stage: "B" if stage == "download" else "file", announce=True,
-                             unit_scale=True),
+                             scaled_units=frozenset({"B"})),
         )
         print(f"installed {args.name} in {registry.installed_model_dir(args.name, paths)}")
         return 0

@@ -3,8 +3,9 @@
     longlens train --config C5 --data FILE --base MODEL --out DIR [--epochs N --lr X ...]
     longlens train cache --data FILE --base MODEL [--out CACHE_DIR]
     longlens train validate FILE [--config C5] [--strict]
+    longlens train convert {docci,sharegpt4v,dci} --root DIR --out FILE.jsonl [--split S --skip N --limit N]
 
-"train" takes its own options and an optional nested command, so all three forms parse with
+"train" takes its own options and an optional nested command, so all the forms parse with
 one parser. torch and transformers load inside the command functions only.
 """
 
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine import options
+from engine import limits, options
 from engine.cli import common
 from engine.errors import LonglensError
 
@@ -24,6 +25,10 @@ TRAIN_BATCH = options.count("batch size", 1, 65536)
 GRAD_ACCUM = options.count("gradient accumulation steps", 1, 4096)
 CHECKPOINT_EVERY = options.count("steps between checkpoints", 0, 1_000_000_000)
 PROBLEM_LIMIT = options.count("number of problems to print", 0, 1_000_000_000)
+CONVERT_LIMIT = options.count("number of lines to write", 1, limits.MAX_FILE_LINES)
+CONVERT_SKIP = options.count("number of records to skip", 0, 1_000_000_000)
+CONVERT_FLAGS = {"root": "--root", "out": "--out", "split": "--split", "annotations": "--annotations",
+                 "images": "--images", "limit": "--limit", "skip": "--skip"}
 
 
 def _grad_accum(value: str) -> int | str:
@@ -41,10 +46,11 @@ _grad_accum.number = GRAD_ACCUM  # type: ignore[attr-defined]  # its range, for 
 def register(sub: Any) -> None:
     tp = sub.add_parser(
         "train",
-        help="train a paragraph text tower (also: train cache, train validate)",
+        help="train a paragraph text tower (also: train cache, train validate, train convert)",
         description="Train the text tower of MODEL on a training JSONL with configuration C1..C10 "
         "(vision frozen). Subcommands: `train cache` precomputes image embeddings, `train validate` "
-        "checks a data file. See docs/training.md.",
+        "checks a data file, `train convert` turns DOCCI, ShareGPT4V or DCI into one. See docs/training.md "
+        "and docs/public-data.md.",
     )
     tp.add_argument("--config", help="C1..C10, pretrain, or a JSON config file")
     tp.add_argument("--data", type=Path, help="training JSONL (docs/training.md, 'Data format')")
@@ -80,7 +86,7 @@ def register(sub: Any) -> None:
                                           "cache_dir": "--cache", "model": "--base",
                                           "text_tower": "--text-tower", "train_layers": "--train-layers",
                                           "init_text_tower": "--init-text-tower"})
-    tsub = tp.add_subparsers(dest="train_cmd", metavar="{cache,validate}")
+    tsub = tp.add_subparsers(dest="train_cmd", metavar="{cache,validate,convert}")
 
     tc = tsub.add_parser("cache", help="compute the frozen image embeddings of a data file (resumable)")
     tc.add_argument("--data", type=Path, required=True)
@@ -102,6 +108,30 @@ def register(sub: Any) -> None:
     tv.add_argument("--limit", type=PROBLEM_LIMIT, default=50, help="problems to print (default 50)")
     tv.add_argument("--json", action="store_true")
     tv.set_defaults(func=cmd_train_validate, flags={})
+
+    from engine.training.public_data import SOURCES
+
+    cv = tsub.add_parser(
+        "convert", help="turn a public long-caption set (DOCCI, ShareGPT4V, DCI) into a training JSONL",
+        description="Convert DOCCI (docci_descriptions.jsonlines + images/), ShareGPT4V (its JSON list, images "
+        "under the folder or its data/) or DCI (densely_captioned_images/: splits.json, complete/, photos/) into "
+        "the training JSONL of docs/training.md. Bad records and missing images are skipped and listed "
+        "(FILE:LINE: field: reason); the file is written only when the conversion finishes. See docs/public-data.md.")
+    cv.add_argument("source", choices=SOURCES)
+    cv.add_argument("--root", type=Path, required=True, metavar="DIR", help="the folder the set was downloaded into")
+    cv.add_argument("--out", type=Path, required=True, metavar="FILE.jsonl", help="training JSONL to write (replaced)")
+    cv.add_argument("--split", help="DOCCI: train (default), test, qual_dev, qual_test; DCI: train (default), valid, "
+                    "test; ShareGPT4V has none")
+    cv.add_argument("--skip", type=CONVERT_SKIP, default=0, metavar="N",
+                    help="leave out the first N records (ShareGPT4V: 1000 keeps Long-CLIP's ShareGPT4V-1k test set out)")
+    cv.add_argument("--limit", type=CONVERT_LIMIT, metavar="N", help="write at most N lines")
+    cv.add_argument("--annotations", type=Path, metavar="FILE",
+                    help="the annotation file (DOCCI's .jsonlines, or which ShareGPT4V .json) when not the default")
+    cv.add_argument("--images", type=Path, metavar="DIR", help="the image folder when not the layout's default")
+    cv.add_argument("--strict", action="store_true", help="stop at the first bad record and write nothing")
+    cv.add_argument("--json", action="store_true", help="print the summary as JSON")
+    cv.add_argument("--quiet", action="store_true", help="no progress bar")
+    cv.set_defaults(func=cmd_train_convert, flags=CONVERT_FLAGS)
 
 
 def _postfix(p: Any) -> str | None:
@@ -226,3 +256,35 @@ def cmd_train_validate(args: argparse.Namespace) -> int:
         print(f"{s['file']}: {s['lines']} lines, {s['valid']} usable, {s['skipped']} would be skipped, "
               f"{s['errors']} errors, {s['warnings']} warnings")
     return 1 if failing else 0
+
+
+CONVERT_BARS = common.Bars(unit=lambda stage: "B" if stage == "read" else "record", need_total=True,
+                           scaled_units=frozenset({"B"}),
+                           postfix=lambda p: f"written {p.extra.get('written', 0)} skipped {p.extra.get('skipped', 0)}")
+
+
+def cmd_train_convert(args: argparse.Namespace) -> int:
+    from engine.outputs import library_roots
+    from engine.training.public_data import ConvertRequest, convert_job
+
+    req = ConvertRequest(source=args.source, root=args.root, out=args.out, split=args.split, limit=args.limit,
+                         skip=args.skip, strict=args.strict, annotations=args.annotations, images=args.images,
+                         library_roots=tuple(library_roots(args.home)))
+    last = common.run_job(lambda tok: convert_job(req, tok), quiet=args.quiet or args.json, bars=CONVERT_BARS,
+                          stopping="\nstopping: nothing will be written (Ctrl+C again to abort) ...")
+    summary = dict(last.extra) if last is not None else {}
+    if args.json:
+        common.print_json(summary)
+    else:
+        problems = summary.get("problems", [])
+        for text in problems[:20]:
+            print(text, file=sys.stderr)
+        if summary.get("skipped", 0) > 20:
+            print(f"... and {summary['skipped'] - 20} more (--json lists the first {len(problems)})", file=sys.stderr)
+        if last is not None:
+            print(last.message)
+        if summary.get("duplicate_images"):
+            print(f"note: {summary['duplicate_images']} lines repeat an earlier line's image (kept)")
+    if summary.get("cancelled"):
+        return 130
+    return 1 if summary.get("skipped") else 0

@@ -1,12 +1,13 @@
 """Benchmark loaders: Flickr30k and COCO (Karpathy split JSON or COCO captions JSON),
 ShareGPT4V (conversation JSON), DOCCI (JSON lines) and SceneWorld (generated), all turned
-into one EvalSet: image files, texts, and the image each text belongs to.
+into one EvalSet: image files, texts, and the image each text belongs to. ShareGPT4V's and
+DOCCI's layouts are read by engine.evaluation.public_sets, shared with `longlens train convert`.
 
 Multi-caption rule (research brief §1): COCO and Flickr30k keep the first 5 captions of each
 image (in annotation order; a few COCO images have 6-7), scored so that an image→text query is
 a hit when ANY of its captions is in the top K. ShareGPT4V and DOCCI have one description per
-image. Bad input raises BenchmarkDataError naming the file and line (JSON lines) or the
-entry (JSON documents).
+image. Bad input raises BenchmarkDataError naming the file and line (JSON lines, ShareGPT4V's
+list: the line where the entry starts, and its index) or the entry (other JSON documents).
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import LonglensError
+from engine.evaluation.public_sets import (
+    SourceProblem,
+    SourceRecord,
+    SourceStream,
+    read_docci,
+    read_sharegpt4v,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -222,76 +230,37 @@ def load_coco(root: Path, split: str = "test", *, annotations: Path | None = Non
     return load_coco_captions(ann, image_dir, name="coco", split=split, check_images=check_images)
 
 
-# -- ShareGPT4V --------------------------------------------------------------------
+# -- ShareGPT4V and DOCCI (their layouts: engine.evaluation.public_sets) --------------------------
+def _records(stream: SourceStream, limit: int | None = None) -> list[SourceRecord]:
+    """The stream's records; the first bad one raises (a benchmark is complete or not at all)."""
+    out: list[SourceRecord] = []
+    for n, item in enumerate(stream, start=1):
+        if isinstance(item, SourceProblem):
+            raise BenchmarkDataError(item.format())
+        out.append(item)
+        if limit and n >= limit:
+            break
+    return out
+
+
 def load_sharegpt4v(root: Path, *, annotations: Path | None = None, images: Path | None = None,
                     limit: int | None = None, check_images: bool = True) -> EvalSet:
     """A ShareGPT4V JSON list of {"image": relative path, "conversations": [{"from": "human", ...},
     {"from": "gpt", "value": description}]}; the first gpt turn is the description (newlines
     become spaces). Images relative to `images` (default root, or root/data when that holds
     them). `limit`: the first N entries (Long-CLIP's ShareGPT4V-1k protocol uses the first 1,000)."""
-    root = Path(root)
-    ann = annotations
-    if ann is None:
-        candidates = sorted(p for p in root.glob("*.json") if p.is_file())
-        if len(candidates) != 1:
-            raise BenchmarkDataError(f"expected exactly one ShareGPT4V .json file in {root}, found "
-                                     f"{len(candidates)} (name the annotation file)", settings=("annotations",))
-        ann = candidates[0]
-    doc = _read_json(Path(ann))
-    if not isinstance(doc, list):
-        raise BenchmarkDataError(f"{ann}: expected a JSON list of conversations (ShareGPT4V format)")
-    entries = doc[:limit] if limit else doc
-    items: list[tuple[str, list[str]]] = []
-    for k, e in enumerate(entries):
-        where = f"{ann}: [{k}]"
-        if not isinstance(e, dict):
-            raise BenchmarkDataError(f"{where}: expected an object")
-        img = _need_str(e.get("image"), where, "image")
-        conv = e.get("conversations")
-        if not isinstance(conv, list):
-            raise BenchmarkDataError(f"{where}: 'conversations' must be a list")
-        desc = next((t.get("value") for t in conv if isinstance(t, dict) and t.get("from") == "gpt"), None)
-        desc = _need_str(desc, where, "the gpt turn's value")
-        items.append((img, [" ".join(desc.split())]))
-    if images is None:
-        images = root / "data" if items and (root / "data" / items[0][0]).is_file() else root
-    resolved = [(Path(images) / p, caps) for p, caps in items]
-    return _build("sharegpt4v", None, resolved, Path(ann), DEFAULT_TOKENS["sharegpt4v"], check_images)
+    stream = read_sharegpt4v(Path(root), annotations=annotations, images=images, error=BenchmarkDataError)
+    items = [(r.image, [r.description]) for r in _records(stream, limit)]
+    return _build("sharegpt4v", None, items, stream.annotations, DEFAULT_TOKENS["sharegpt4v"], check_images)
 
 
-# -- DOCCI ---------------------------------------------------------------------------
 def load_docci(root: Path, split: str = "test", *, annotations: Path | None = None,
                images: Path | None = None, check_images: bool = True) -> EvalSet:
     """root/docci_descriptions.jsonlines: {"example_id", "image_file", "description", "split"}
     per line; images in root/images."""
-    root = Path(root)
-    ann = Path(annotations or root / "docci_descriptions.jsonlines")
-    image_dir = Path(images or root / "images")
-    from engine.fileutil import read_user_text
-
-    try:
-        lines = read_user_text(ann).splitlines()  # never blocks on a FIFO or device
-    except FileNotFoundError:
-        raise BenchmarkDataError(f"{ann} does not exist (is the dataset folder the DOCCI folder?)",
-                                 settings=("root",)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BenchmarkDataError(f"cannot read {ann}: {exc}") from None
-    items: list[tuple[Path, list[str]]] = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{ann}:{n}"
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise BenchmarkDataError(f"{where}: not valid JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise BenchmarkDataError(f"{where}: expected a JSON object")
-        if obj.get("split") != split:
-            continue
-        fname = _need_str(obj.get("image_file"), where, "image_file")
-        items.append((image_dir / fname, [_need_str(obj.get("description"), where, "description")]))
-    return _build("docci", split, items, ann, DEFAULT_TOKENS["docci"], check_images)
+    stream = read_docci(Path(root), split, annotations=annotations, images=images, error=BenchmarkDataError)
+    items = [(r.image, [r.description]) for r in _records(stream)]
+    return _build("docci", split, items, stream.annotations, DEFAULT_TOKENS["docci"], check_images)
 
 
 # -- SceneWorld (generated) ---------------------------------------------------------

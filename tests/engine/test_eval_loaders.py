@@ -107,11 +107,11 @@ def test_docci_jsonlines(docci_root, tmp_path):
     assert len(load_docci(root).texts) == 6 and load_docci(root, "train").texts == ["train only"]
     lines.insert(2, '{"example_id": "broken", "image_file": 12, "split": "test"}')
     ann.write_text("\n".join(lines) + "\n")
-    with pytest.raises(BenchmarkDataError, match=r"docci_descriptions\.jsonlines:3: image_file must be"):
+    with pytest.raises(BenchmarkDataError, match=r"docci_descriptions\.jsonlines:3: image_file: must be"):
         load_docci(root)
     lines[2] = "{not json"
     ann.write_text("\n".join(lines) + "\n")
-    with pytest.raises(BenchmarkDataError, match=r"jsonlines:3: not valid JSON"):
+    with pytest.raises(BenchmarkDataError, match=r"jsonlines:3: line: not valid JSON"):
         load_docci(root)
 
 
@@ -130,7 +130,7 @@ def test_sharegpt4v_conversations(docci_root, tmp_path):
     assert len(load_sharegpt4v(root, limit=4).texts) == 4
     entries[3]["conversations"] = entries[3]["conversations"][:1]
     (root / "share-captioner.json").write_text(json.dumps(entries))
-    with pytest.raises(BenchmarkDataError, match=r"share-captioner\.json: \[3\]: the gpt turn"):
+    with pytest.raises(BenchmarkDataError, match=r"share-captioner\.json:1: \[3\]\.conversations: has no gpt turn"):
         load_sharegpt4v(root)
 
 

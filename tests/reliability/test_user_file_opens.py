@@ -303,6 +303,19 @@ def _docci(folder: Path) -> Path:
     return p
 
 
+def _sharegpt4v(folder: Path) -> Path:
+    p = folder / "share.json"
+    p.write_text(json.dumps([{"id": "1", "image": "photo.jpg",
+                              "conversations": [{"from": "gpt", "value": "A red square."}]}]), encoding="utf-8")
+    return p
+
+
+def _dci_splits(folder: Path) -> Path:
+    p = folder / "splits.json"
+    p.write_text(json.dumps({"train": [], "valid": [], "test": []}), encoding="utf-8")
+    return p
+
+
 def _read_review(p: Path) -> None:
     from engine.review import load_caption_file
 
@@ -339,6 +352,18 @@ def _read_docci(p: Path) -> None:
     load_docci(p.parent, annotations=p, check_images=False)
 
 
+def _read_sharegpt4v(p: Path) -> None:
+    from engine.evaluation.loaders import load_sharegpt4v
+
+    load_sharegpt4v(p.parent, annotations=p, check_images=False)
+
+
+def _read_dci_splits(p: Path) -> None:
+    from engine.evaluation.public_sets import read_dci
+
+    list(read_dci(p.parent, "train"))
+
+
 TEXT_READERS = {
     "review": (_caption_jsonl, _read_review),
     "ground_check": (_caption_jsonl, _read_ground_items),
@@ -346,6 +371,8 @@ TEXT_READERS = {
     "datagen_list": (_image_list, _read_image_list),
     "train_config": (_train_config, _read_config),
     "eval_annotations": (_docci, _read_docci),
+    "sharegpt4v_list": (_sharegpt4v, _read_sharegpt4v),
+    "dci_splits": (_dci_splits, _read_dci_splits),
 }
 
 
