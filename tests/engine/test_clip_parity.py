@@ -10,7 +10,6 @@ The tokenizer is the real 49,408-entry CLIP BPE, built offline from OpenAI's mer
 
 from __future__ import annotations
 
-import html
 import json
 import shutil
 import subprocess
@@ -19,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import regex
 import torch
 import torch.nn.functional as F
 from PIL import Image
@@ -28,8 +26,6 @@ from transformers import CLIPImageProcessorPil, CLIPModel, CLIPProcessor, CLIPTo
 from engine.backends.clip.checkpoints import (
     ARCHS,
     CLIP_EOS_ID,
-    bytes_to_unicode,
-    clip_vocab_and_merges,
     preprocessor_config,
     stretch_positions,
 )
@@ -38,6 +34,7 @@ from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledErro
 from engine.models.base import Embedder
 from engine.sceneworld import generate_scene
 from engine.sceneworld.render import render_scene
+from tests.engine.clip_reference import OpenAIBPE
 
 TOL = 1e-5
 ARCH_FIXTURES = {"clip-b16": "clip_b16_tiny_checkpoint", "longclip-b": "longclip_b_tiny_checkpoint"}
@@ -138,48 +135,6 @@ def top5(text_feats: np.ndarray, image_feats: np.ndarray) -> list[list[int]]:
 
 
 # ---------------------------------------------------------------- tokenizer
-
-
-class OpenAIBPE:
-    """OpenAI's simple_tokenizer.py (CLIP and Long-CLIP), transcribed: the reference the HF
-    tokenizer is checked against. ftfy.fix_text is left out: it changes none of the test texts."""
-
-    def __init__(self) -> None:
-        vocab, merges = clip_vocab_and_merges()
-        self.encoder, self.ranks = vocab, {m: i for i, m in enumerate(merges)}
-        self.byte_encoder = bytes_to_unicode()
-        self.pat = regex.compile(r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+""",
-                                 regex.IGNORECASE)
-
-    def bpe(self, token: str) -> list[str]:
-        word = tuple(token[:-1]) + (token[-1] + "</w>",)
-        while len(word) > 1:
-            pairs = {(word[i], word[i + 1]) for i in range(len(word) - 1)}
-            best = min(pairs, key=lambda p: self.ranks.get(p, float("inf")))
-            if best not in self.ranks:
-                break
-            out, i = [], 0
-            while i < len(word):
-                if i < len(word) - 1 and (word[i], word[i + 1]) == best:
-                    out.append(word[i] + word[i + 1])
-                    i += 2
-                else:
-                    out.append(word[i])
-                    i += 1
-            word = tuple(out)
-        return list(word)
-
-    def tokenize(self, text: str, context: int) -> list[int]:
-        """longclip.tokenize(..., truncate=True) / clip.tokenize for one text, unpadded."""
-        text = regex.sub(r"\s+", " ", html.unescape(html.unescape(text)).strip()).strip().lower()
-        ids = [self.encoder["<|startoftext|>"]]
-        for tok in regex.findall(self.pat, text):
-            ids += [self.encoder[b] for b in self.bpe("".join(self.byte_encoder[c] for c in tok.encode("utf-8")))]
-        ids.append(self.encoder["<|endoftext|>"])
-        if len(ids) > context:
-            ids = ids[:context]
-            ids[-1] = self.encoder["<|endoftext|>"]
-        return ids
 
 
 def test_tokenizer_is_openai_clip_bpe(arch_case) -> None:
