@@ -196,8 +196,10 @@ class Backend:
 
     def import_model(self, folder: str, name: str) -> str:
         from engine.models.download import import_model
+        from engine.models.registry import import_backend
 
-        return str(import_model(Path(folder), name, self.paths))
+        backend = import_backend(Path(folder).expanduser(), name)
+        return str(import_model(Path(folder), name, self.paths, backend=backend))
 
     def pull_job(self, name: str, trust_unpinned: bool = False) -> Callable[[CancelToken], Iterator[Progress]]:
         """The pull of a registered model as a job. `trust_unpinned` matters only for a model listing

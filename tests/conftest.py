@@ -28,3 +28,22 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def clip_b16_tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """OpenAI CLIP ViT-B/16's layout scaled down (77 tokens, patch 16, pooled at the highest id),
+    random weights (seed 0), with the real CLIP tokenizer. Shared and read-only."""
+    from engine.backends.clip.checkpoints import save_random_clip_checkpoint
+
+    return save_random_clip_checkpoint(tmp_path_factory.mktemp("clip") / "clip-b16-tiny", name="clip-b16", size="tiny")
+
+
+@pytest.fixture(scope="session")
+def longclip_b_tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Long-CLIP-B's layout scaled down (248 tokens, patch 16, pooled at the first <|endoftext|>),
+    random weights (seed 0), with the real CLIP tokenizer. Shared and read-only."""
+    from engine.backends.clip.checkpoints import save_random_clip_checkpoint
+
+    return save_random_clip_checkpoint(tmp_path_factory.mktemp("longclip") / "longclip-b-tiny", name="longclip-b",
+                                       size="tiny")

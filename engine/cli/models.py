@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,15 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.models_cmd == "import":
         from engine.models.download import import_model
 
-        dest = import_model(Path(args.dir), args.name, paths, replace=args.replace)
-        print(f"imported {args.name} into {dest}")
+        backend = registry.import_backend(Path(args.dir).expanduser(), args.name)
+        dest = import_model(Path(args.dir), args.name, paths, backend=backend, replace=args.replace)
+        print(f"imported {args.name} ({backend}) into {dest}")
+        return 0
+    if args.models_cmd == "convert":
+        common.run_job(lambda tok: _convert_job(Path(args.file), args.name, paths, args.replace, tok),
+                       quiet=False, bars=common.Bars(unit="B"))
+        print(f"converted {Path(args.file).name} and installed {args.name} in "
+              f"{registry.installed_model_dir(args.name, paths)}")
         return 0
     if args.models_cmd == "verify":
         from engine.models.download import verify_model
@@ -54,6 +62,28 @@ def cmd_models(args: argparse.Namespace) -> int:
             print(report.summary())
         return 0 if report.ok else 1
     raise AssertionError(args.models_cmd)
+
+
+def _convert_job(pt_file: Path, name: str, paths: Any, replace: bool, cancel: Any) -> Iterator[Any]:
+    """Convert a pinned OpenAI-layout checkpoint into a fresh folder under the cache, import that
+    folder as `name`, then remove it."""
+    import shutil
+    import uuid
+
+    from engine.backends.clip.convert import convert_openai_checkpoint, pinned_checkpoint
+    from engine.jobs import Progress
+    from engine.models.download import import_model
+
+    pin = pinned_checkpoint(name)
+    work = paths.cache / f"convert-{name}-{uuid.uuid4().hex[:8]}"
+    try:
+        folder = yield from convert_openai_checkpoint(pt_file, work / name, sha256=pin.sha256, size=pin.size,
+                                                      cancel=cancel)
+        yield Progress("install", 0, None, f"installing {name}")
+        dest = import_model(folder, name, paths, backend="clip", replace=replace)
+        yield Progress("done", 1, 1, f"installed {name}", extra={"path": str(dest)})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def register(sub: Any) -> None:
@@ -73,6 +103,12 @@ def register(sub: Any) -> None:
     mi.add_argument("--name", required=True)
     mi.add_argument("--replace", action="store_true")
     mi.set_defaults(flags={"replace": "--replace"})
+    mc = msub.add_parser("convert", help="install an official OpenAI-layout .pt checkpoint (Long-CLIP) once its "
+                         "pinned SHA-256 matched: converted to a CLIPModel folder with safetensors")
+    mc.add_argument("file")
+    mc.add_argument("--name", required=True, help="the registered model the file is (longclip-b, longclip-l)")
+    mc.add_argument("--replace", action="store_true")
+    mc.set_defaults(flags={"replace": "--replace"})
     mv = msub.add_parser("verify", help="re-check an installed model's files against its manifest")
     mv.add_argument("name")
     mv.add_argument("--json", action="store_true")

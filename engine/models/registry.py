@@ -131,6 +131,7 @@ class ModelSpec:
 _BACKEND_PACKAGES: dict[str, str] = {
     "blip": "engine.backends.blip",
     "sceneworld-mini": "engine.backends.sceneworld_mini",
+    "clip": "engine.backends.clip",
 }
 _BACKENDS: dict[str, ModelBackend] = {}
 
@@ -190,6 +191,20 @@ def detect_backend(folder: Path) -> str:
         if backend.detect(Path(folder)):
             return backend.name
     raise ModelError(f"{folder} is neither " + " nor ".join(b.folder_description for b in backends))
+
+
+def import_backend(folder: Path, name: str) -> str:
+    """The backend `models import FOLDER --name NAME` installs as: a registered model's own; else
+    the first importable backend that recognises the folder; else BLIP's (whose checks then say
+    what the folder lacks)."""
+    spec = _REGISTRY.get(name)
+    if spec is not None:
+        return spec.backend
+    backends = sorted((get_backend(n) for n in backend_names()), key=lambda b: b.detect_order)
+    for backend in backends:
+        if backend.importable and backend.detect(Path(folder)):
+            return backend.name
+    return "blip"
 
 
 def rerank_support(embedder: Any) -> tuple[bool, str]:
@@ -374,6 +389,114 @@ _register(
 )
 
 
+# --- CLIP family (engine/backends/clip/) ------------------------------------------------------
+#
+# openai/clip-vit-base-patch16
+#   revision 57c216476eefef5ab752ec549e440a49ae4ae5f3 = "Add widget example input (#3)", the newest
+#     commit on the stored history page https://huggingface.co/openai/clip-vit-base-patch16/commits/57c216476eefef5ab752ec549e440a49ae4ae5f3
+#     (after "Update config.json" 13151d2 and "add tokenizer.json" a564c9d).
+#   pytorch_model.bin SHA-256 ec89c7b09c749a60aae3c9cd910516f24b58214a7df060b48962d14c469cfbf0 from the Git
+#     LFS details on https://huggingface.co/openai/clip-vit-base-patch16/blob/refs%2Fpr%2F4/pytorch_model.bin,
+#     last changed in 0bcfab3 "add model"; no later commit on that history touches the weights.
+# openai/clip-vit-large-patch14-336
+#   revision a2ab452d41e630fda015a7ad3e9751aa74081239 = "add model" (valhalla, 2022-04-22), full hash from
+#     the history of the duplicate https://huggingface.co/grantpitt/clip-vit-large-patch14-336/commits/a2ab452d41e630fda015a7ad3e9751aa74081239
+#     (a duplicate keeps the original's commits); the openai repo's main shows pytorch_model.bin last
+#     changed in that commit, SHA-256 c6032c2e0caae3dc2d4fba35535fa6307dbb49df59c7e182b1bc4b3329b81801
+#     (https://huggingface.co/openai/clip-vit-large-patch14-336/blob/main/pytorch_model.bin).
+#     tokenizer.json is left out: no stored page shows it at that revision; vocab.json and merges.txt
+#     are what "add model" uploaded, and the CLIP backend reads them.
+# BeichenZhang/LongCLIP-B, BeichenZhang/LongCLIP-L
+#   The official weights are OpenAI-layout .pt pickles; their pins (revision, SHA-256, size) are in
+#   engine/backends/clip/convert.py (PINNED), which converts them. The pull machinery converts only
+#   Hugging Face-layout .bin files, so these two are not pulled: `longlens models convert FILE --name
+#   longclip-b` installs a downloaded copy once its hash matched.
+
+_CLIP_SMALL_FILES = (
+    "config.json",
+    "preprocessor_config.json",
+    "special_tokens_map.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+)
+
+_register(
+    ModelSpec(
+        name="clip-vit-base-patch16",
+        backend="clip",
+        description="OpenAI CLIP ViT-B/16 (224 px, 77 text tokens, about 600 MB).",
+        repo_id="openai/clip-vit-base-patch16",
+        revision="57c216476eefef5ab752ec549e440a49ae4ae5f3",
+        files={
+            **{f: None for f in _CLIP_SMALL_FILES},
+            "tokenizer.json": None,
+            "pytorch_model.bin": "ec89c7b09c749a60aae3c9cd910516f24b58214a7df060b48962d14c469cfbf0",
+        },
+        dim=512,
+        image_size=224,
+        default_text_tokens=77,
+        license="MIT (OpenAI CLIP)",
+        notes="Weights pinned by SHA-256; config/tokenizer files unpinned (need --trust-unpinned).",
+    )
+)
+
+_register(
+    ModelSpec(
+        name="clip-vit-large-patch14-336",
+        backend="clip",
+        description="OpenAI CLIP ViT-L/14 at 336 px (77 text tokens, about 1.7 GB).",
+        repo_id="openai/clip-vit-large-patch14-336",
+        revision="a2ab452d41e630fda015a7ad3e9751aa74081239",
+        files={
+            **{f: None for f in _CLIP_SMALL_FILES},
+            "pytorch_model.bin": "c6032c2e0caae3dc2d4fba35535fa6307dbb49df59c7e182b1bc4b3329b81801",
+        },
+        dim=768,
+        image_size=336,
+        default_text_tokens=77,
+        license="MIT (OpenAI CLIP)",
+        notes="Weights pinned by SHA-256; config/tokenizer files unpinned (need --trust-unpinned).",
+    )
+)
+
+_register(
+    ModelSpec(
+        name="longclip-b",
+        backend="clip",
+        description="Long-CLIP B/16: CLIP ViT-B/16 fine-tuned for paragraphs (248 text tokens, about 600 MB). "
+        "Install the official longclip-B.pt with `longlens models convert FILE --name longclip-b`.",
+        repo_id=None,
+        revision=None,
+        files={},
+        dim=512,
+        image_size=224,
+        default_text_tokens=248,
+        license="Apache-2.0 (BeichenZhang/LongCLIP-B; fine-tuned from OpenAI CLIP, MIT)",
+        notes="Not pulled: the official file is an OpenAI-layout .pt, converted by engine/backends/clip/convert.py "
+        "after its pinned SHA-256 (convert.PINNED) matched.",
+    )
+)
+
+_register(
+    ModelSpec(
+        name="longclip-l",
+        backend="clip",
+        description="Long-CLIP L/14: CLIP ViT-L/14 fine-tuned for paragraphs (224 px, 248 text tokens, about "
+        "1.7 GB). Install the official longclip-L.pt with `longlens models convert FILE --name longclip-l`.",
+        repo_id=None,
+        revision=None,
+        files={},
+        dim=768,
+        image_size=224,
+        default_text_tokens=248,
+        license="Apache-2.0 (BeichenZhang/LongCLIP-L; fine-tuned from OpenAI CLIP, MIT)",
+        notes="Not pulled: the official file is an OpenAI-layout .pt, converted by engine/backends/clip/convert.py "
+        "after its pinned SHA-256 (convert.PINNED) matched.",
+    )
+)
+
+
 # --- Names and lookup ------------------------------------------------------------------------
 
 
@@ -479,7 +602,7 @@ def installed_model_dir(name: str, paths: Paths) -> Path | None:
 
 _TEXT_SIDE_FILES = frozenset(
     {"vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-     "generation_config.json"}
+     "generation_config.json", "vocab.json", "merges.txt"}
 )
 _DOC_PREFIXES = ("README", "LICENSE")
 IDENTITY_SEPARATOR = "@"

@@ -586,6 +586,7 @@ READS_ALLOWED: dict[tuple[str, str], str] = {
     ("engine/backends/sceneworld_mini/network.py", "load_text_tower"): "model folders (see note)",
     ("engine/models/download.py", "_validate_hf_folder"): "the staging copy the import wrote itself",
     ("engine/models/download.py", "_convert_pickle_to_safetensors"): "a downloaded file whose pinned hash matched",
+    ("engine/backends/clip/convert.py", "load_pinned_state_dict"): "torch.load on the UserFile whose pinned hash matched",
     ("engine/models/manifest.py", "read_manifest_file"): "manifests of installed models in the home",
     ("engine/catalog/db.py", "open_in_another_process"): "the catalog's own WAL index beside it, opened to probe its lock, never read",
     ("engine/catalog/repair.py", "rebuild_catalog"): "fsync of the rebuilt catalog this function just wrote",

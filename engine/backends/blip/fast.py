@@ -19,53 +19,16 @@ tests compare both.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+# Shared with the other backends' fast paths; re-exported here for BLIP's callers.
+from engine.models.device import cpu_supports_bf16, intra_op_threads
+
 __all__ = ["FastBlipTowers", "cpu_supports_bf16", "intra_op_threads"]
-
-_threads_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def intra_op_threads(n: int | None) -> Iterator[None]:
-    """Run the block with torch's intra-op pool at n threads (None: unchanged), then restore it.
-
-    Why: one search query is a small workload (~128 tokens), and on a machine whose cores are
-    busy, OpenMP's barriers stall whenever one of the threads is descheduled: a 128-token bf16
-    encode measured 70 ms on one thread and 1,650 ms on two on a loaded 2-core machine
-    (docs/benchmarks.md). The setting is process-wide, so concurrent users are serialised here;
-    an indexing thread running meanwhile uses the reduced pool for those milliseconds.
-    """
-    if n is None:
-        yield
-        return
-    with _threads_lock:
-        before = torch.get_num_threads()
-        if before <= n:
-            yield
-            return
-        torch.set_num_threads(n)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
-
-
-def cpu_supports_bf16() -> bool:
-    """True when oneDNN has native bf16 matmuls here (AVX512-BF16 or AMX); elsewhere bf16 on
-    the CPU is emulated and slower than float32."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
 
 class FastBlipTowers:
     """Projected, not yet normalised [CLS] features of BlipForImageTextRetrieval's vision and

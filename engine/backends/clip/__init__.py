@@ -1,0 +1,79 @@
+"""The CLIP-family backend: transformers' CLIPModel folders (OpenAI CLIP ViT-B/16 and ViT-L/14-336,
+77 text tokens; Long-CLIP B and L, 248 tokens, converted once from their official OpenAI-layout
+.pt files by engine/backends/clip/convert.py). Embedder only: no grounder, re-ranker or training
+adapter yet, and the app says so. Cheap to import; torch and transformers load inside the hooks.
+
+What this backend refuses, and why:
+
+* Models that need transformers' trust_remote_code (FG-CLIP 2, jina-clip-v2, LLM2CLIP, any
+  config.json with an auto_map): loading them executes Python files from the model's repository,
+  the same risk as unpickling a .bin, so they are refused by the same rule that refuses pickles.
+* SigLIP / SigLIP 2 (model_type siglip, siglip2) are not CLIP and are not run as CLIP: their score
+  is a sigmoid of a scaled, biased cosine (rankings equal cosine rankings, so search would work),
+  but the text tower must be fed padded to 64 tokens without a mask, the tokenizer is Gemma's
+  256k-entry SentencePiece model (no offline copy to build parity tests on), and SigLIP 2's NaFlex
+  checkpoints take variable-size patch sequences with a pixel mask, which the fixed (N, 3, S, S)
+  preprocess interface does not carry. A separate backend is the clean way; not done yet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ModelError
+from engine.models.backend import ModelBackend
+
+NAME = "clip"
+
+
+def _detect(folder: Path) -> bool:
+    from engine.backends.clip.shapes import read_config
+
+    if not (Path(folder) / "config.json").is_file():
+        return False
+    try:
+        return read_config(Path(folder)).get("model_type") == "clip"
+    except ModelError:
+        return False
+
+
+def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Path | None = None,
+                   model_id: str | None = None, identity: str | None = None, text_identity: str | None = None,
+                   default_text_tokens: int | None = None, installed: bool = False) -> Any:
+    if text_tower_dir is not None:
+        raise ModelError(
+            f"{text_tower_dir} is not a text tower a CLIP model can use: CLIP models take language-model "
+            "text towers (a folder with lm_tower.json) only.")
+    try:
+        from engine.backends.clip.embedder import ClipEmbedder
+    except ImportError as e:
+        raise ModelError(f"the CLIP backend is not available in this build: {e}") from e
+    if not installed:
+        return ClipEmbedder(Path(model_dir), device=device, model_id=model_id)
+    return ClipEmbedder(Path(model_dir), device=device, model_id=model_id, compute="fast", identity=identity,
+                        text_identity=text_identity, default_text_tokens=default_text_tokens)
+
+
+def _import_config_check(cfg: dict[str, Any]) -> None:
+    from engine.backends.clip.shapes import check_clip_config_dict
+
+    check_clip_config_dict(cfg)
+
+
+def _import_weights_check(folder: Path, weight_files: list[str]) -> None:
+    from engine.backends.clip.shapes import check_clip_config_fits_weights
+
+    check_clip_config_fits_weights(folder, weight_files=weight_files)
+
+
+BACKEND = ModelBackend(
+    name=NAME,
+    folder_description="a CLIP folder (config.json with model_type 'clip')",
+    detect=_detect,
+    load_embedder=_load_embedder,
+    detect_order=80,  # before BLIP, which takes any config.json
+    importable=True,
+    import_config_check=_import_config_check,
+    import_weights_check=_import_weights_check,
+)
