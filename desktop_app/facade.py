@@ -36,6 +36,8 @@ def human_size(n: int | None) -> str:
 
 DEFAULT_SETTINGS = SETTINGS_DEFAULTS  # engine.settings: the CLI's defaults too
 THUMBNAIL_PX = 256
+# The words the results view shows for each engine.options.RESULT_ORDER value.
+RESULT_ORDER_LABELS = {"relevance": "Relevance", "date-new": "Newest first", "date-old": "Oldest first"}
 
 
 @dataclass
@@ -276,16 +278,45 @@ class Backend:
         f = filters or {}
         return build_filters(f.get("folder"), f.get("after"), f.get("before"), f.get("camera"))
 
-    def search_text(self, text: str, top_k: int, filters: dict[str, Any] | None = None,
-                    max_tokens: int | None = None):
-        flt = self._filter(filters)  # cheap checks first: a bad date should not wait for a model to load
-        embedder = self.embedder()
-        return self.services.searcher(embedder).search_text(text, top_k=top_k, flt=flt, max_tokens=max_tokens)
+    @staticmethod
+    def result_orders() -> list[tuple[str, str]]:
+        """(value, label) of each result order the engine accepts (engine.options.RESULT_ORDER)."""
+        from engine.options import RESULT_ORDER
 
-    def search_image(self, path: str, top_k: int, filters: dict[str, Any] | None = None):
-        flt = self._filter(filters)
+        return [(v, RESULT_ORDER_LABELS.get(v, v)) for v in RESULT_ORDER.choices]
+
+    @staticmethod
+    def cutoff_range() -> tuple[float, float]:
+        """The relevance cut-off's range (engine.options.RELEVANCE_CUTOFF); its lower end is
+        excluded, so a spin box at that value means "no cut-off"."""
+        from engine.options import RELEVANCE_CUTOFF
+
+        return float(RELEVANCE_CUTOFF.lo), float(RELEVANCE_CUTOFF.hi)
+
+    def search_text(self, text: str, top_k: int, filters: dict[str, Any] | None = None,
+                    max_tokens: int | None = None, order: str = "relevance", cutoff: float | None = None):
+        flt = self._filter(filters)  # cheap checks first: a bad date should not wait for a model to load
+        self._check_arrangement(order, cutoff)
         embedder = self.embedder()
-        return self.services.searcher(embedder).search_image(path, top_k=top_k, flt=flt)
+        return self.services.searcher(embedder).search_text(text, top_k=top_k, flt=flt, max_tokens=max_tokens,
+                                                            order=order, cutoff=cutoff)
+
+    def search_image(self, path: str, top_k: int, filters: dict[str, Any] | None = None, order: str = "relevance",
+                     cutoff: float | None = None):
+        flt = self._filter(filters)
+        self._check_arrangement(order, cutoff)
+        embedder = self.embedder()
+        return self.services.searcher(embedder).search_image(path, top_k=top_k, flt=flt, order=order,
+                                                             cutoff=cutoff)
+
+    @staticmethod
+    def _check_arrangement(order: str, cutoff: float | None) -> None:
+        # The engine's own checks, before a model loads: the CLI's flags use the same validators.
+        from engine.options import RELEVANCE_CUTOFF, RESULT_ORDER
+
+        RESULT_ORDER.check(order)
+        if cutoff is not None:
+            RELEVANCE_CUTOFF.check(cutoff)
 
     def token_budget(self, text: str, max_tokens: int | None = None):
         from engine.query_budget import token_budget
@@ -405,6 +436,16 @@ def resolve_paths(home: str | None = None):
     from engine.config import get_paths
 
     return get_paths(home).ensure()
+
+
+def date_text(hit: Any) -> str | None:
+    """A result's date in words, saying whether it is the EXIF date or the file time."""
+    from engine.catalog.dates import describe_date
+
+    date = getattr(hit, "date", None) or getattr(hit, "exif_date", None)
+    if not date:
+        return None
+    return describe_date(date, getattr(hit, "date_source", None) or "exif")
 
 
 def display_text(path: str) -> str:

@@ -4,50 +4,25 @@ relevance cut-off says where it cut. Originals stay byte- and mtime-identical.""
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
-import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from engine.samples import procedural_picture, write_image
+from tests.dated_pictures import NEWEST_FIRST, file_state, make_dated_folder
 from tests.e2e.conftest import TINY_MODEL
 
 QUERY = "A red ball on the grass next to a wooden bench under a tall tree."
 MODEL = ("--model", TINY_MODEL)
 
 
-def _ns(day: str) -> int:
-    return int(dt.datetime.fromisoformat(day).timestamp()) * 1_000_000_000
-
-
 @pytest.fixture
 def dated(tmp_path) -> dict[str, Path]:
-    """Three JPEGs with EXIF dates, three without (a scan, a screenshot, an export) whose file
-    times are set: 2018, 2021 and 2023."""
-    rng = np.random.default_rng(7)
-    root = tmp_path / "dated"
-    files: dict[str, Path] = {}
-    for name, when in (("exif2019", "2019:05:01 10:00:00"), ("exif2020", "2020:07:15 09:30:00"),
-                       ("exif2022", "2022:02:02 18:45:00")):
-        files[name] = write_image(root / f"{name}.jpg", procedural_picture(rng, (160, 120)), "JPEG",
-                                  date=when, make="Canon", model="EOS R6", quality=90)
-    for name, when in (("scan2018", "2018-03-03T12:00:00"), ("shot2021", "2021-06-06T12:00:00"),
-                       ("export2023", "2023-09-09T12:00:00")):
-        files[name] = write_image(root / f"{name}.jpg", procedural_picture(rng, (160, 120)), "JPEG", quality=90)
-        os.utime(files[name], ns=(_ns(when), _ns(when)))
-    return files
-
-
-def _state(files: dict[str, Path]) -> dict[str, tuple[str, int]]:
-    return {k: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns) for k, p in files.items()}
+    return make_dated_folder(tmp_path / "dated")
 
 
 def test_undated_pictures_are_dated_by_file_time_filtered_sorted_and_cut(home, dated, cli):
-    before = _state(dated)
+    before = file_state(dated)
     root = next(iter(dated.values())).parent
     assert cli("index", str(root), *MODEL, "--quiet")[0] == 0
     by_path = {str(p.resolve()): k for k, p in dated.items()}
@@ -72,8 +47,7 @@ def test_undated_pictures_are_dated_by_file_time_filtered_sorted_and_cut(home, d
     # Sorting arranges the same results by date; the rank stays the relevance rank.
     new = cli.json("search", QUERY, *MODEL, "--sort", "date-new")
     old = cli.json("search", QUERY, *MODEL, "--sort", "date-old")
-    assert [by_path[h["path"]] for h in new["results"]] == [
-        "export2023", "exif2022", "shot2021", "exif2020", "exif2019", "scan2018"]
+    assert tuple(by_path[h["path"]] for h in new["results"]) == NEWEST_FIRST
     assert [h["path"] for h in old["results"]] == [h["path"] for h in reversed(new["results"])]
     assert sorted(h["rank"] for h in new["results"]) == [1, 2, 3, 4, 5, 6] and new["order"] == "date-new"
     rc, out, _ = cli("search", QUERY, *MODEL, "--sort", "date-old")
@@ -98,7 +72,7 @@ def test_undated_pictures_are_dated_by_file_time_filtered_sorted_and_cut(home, d
     assert {h["path"] for h in both["results"]} == {h["path"] for h in cut["results"]}
     assert [h["date"] for h in both["results"]] == sorted((h["date"] for h in both["results"]), reverse=True)
 
-    assert _state(dated) == before  # nothing was written to the originals
+    assert file_state(dated) == before  # nothing was written to the originals
 
 
 @pytest.mark.parametrize(("flags", "message"), [
