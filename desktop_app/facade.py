@@ -323,6 +323,52 @@ class Backend:
 
         return token_budget(self.embedder(), text, max_tokens)
 
+    # -- duplicates ---------------------------------------------------------------
+    @staticmethod
+    def duplicate_settings() -> dict[str, Any]:
+        """Ranges and defaults of the duplicates options (engine.options, as the CLI's flags)."""
+        from engine.duplicates import DEFAULT_NEAR_DISTANCE
+        from engine.options import PHASH_DISTANCE, SIMILARITY_THRESHOLD
+
+        return {"near_range": (int(PHASH_DISTANCE.lo), int(PHASH_DISTANCE.hi)), "near_default": DEFAULT_NEAR_DISTANCE,
+                "similar_range": (float(SIMILARITY_THRESHOLD.lo), float(SIMILARITY_THRESHOLD.hi))}
+
+    def duplicates_job(self, near_distance: int | None, similar: float | None
+                       ) -> Callable[[CancelToken], Iterator[Progress]]:
+        """The duplicates search as a job (the CLI's `longlens duplicates`); its last Progress
+        carries the report in extra["report"]. Nothing is deleted."""
+        from engine.duplicates import PhashCache, find_duplicates
+        from engine.options import PHASH_DISTANCE, SIMILARITY_THRESHOLD
+
+        if near_distance is not None:
+            PHASH_DISTANCE.check(near_distance)
+        if similar is not None:
+            SIMILARITY_THRESHOLD.check(similar)
+
+        def job(token: CancelToken) -> Iterator[Progress]:
+            identity = name = None
+            if similar is not None:
+                from engine.models.registry import installed_identity
+
+                name = self._model_name()
+                identity = installed_identity(name, self.paths).image
+            cache = PhashCache(self.paths.cache / "phash.sqlite3")
+            try:
+                yield from find_duplicates(self.services.catalog, self.services.store, near_distance=near_distance,
+                                           similar=similar, model_identity=identity, model_name=name,
+                                           phash_cache=cache, cancel=token)
+            finally:
+                cache.close()
+
+        return job
+
+    def export_duplicates(self, report: Any, dest: str) -> str:
+        """Write the list (CSV or JSON by the suffix) atomically; the CLI's --out guard applies."""
+        from engine.duplicates import export_report
+
+        roots = [lib.root for lib in self.services.catalog.libraries()]
+        return str(export_report(report, dest, roots))
+
     # -- images -----------------------------------------------------------------
     def thumbnail(self, path: str, size: int):
         from engine.thumbnails import ThumbnailCache, make_thumbnail
