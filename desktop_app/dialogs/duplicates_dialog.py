@@ -196,6 +196,8 @@ class DuplicatesDialog(QDialog):
                 self._items_by_path.setdefault(f.path, []).append(child)
             self.tree.addTopLevelItem(top)
             top.setExpanded(n <= 20)  # the first groups open; the rest load thumbnails when opened
+        for column in (1, 2):  # sizes and dates in full ("… (file time)"); the path takes the rest
+            self.tree.resizeColumnToContents(column)
         self.export_button.setEnabled(bool(report.groups))
 
     def _request_thumbnails(self, top: QTreeWidgetItem) -> None:
