@@ -36,6 +36,8 @@ def human_size(n: int | None) -> str:
 
 DEFAULT_SETTINGS = SETTINGS_DEFAULTS  # engine.settings: the CLI's defaults too
 THUMBNAIL_PX = 256
+# The words the results view shows for each engine.options.RESULT_ORDER value.
+RESULT_ORDER_LABELS = {"relevance": "Relevance", "date-new": "Newest first", "date-old": "Oldest first"}
 
 
 @dataclass
@@ -278,21 +280,96 @@ class Backend:
         f = filters or {}
         return build_filters(f.get("folder"), f.get("after"), f.get("before"), f.get("camera"))
 
-    def search_text(self, text: str, top_k: int, filters: dict[str, Any] | None = None,
-                    max_tokens: int | None = None):
-        flt = self._filter(filters)  # cheap checks first: a bad date should not wait for a model to load
-        embedder = self.embedder()
-        return self.services.searcher(embedder).search_text(text, top_k=top_k, flt=flt, max_tokens=max_tokens)
+    @staticmethod
+    def result_orders() -> list[tuple[str, str]]:
+        """(value, label) of each result order the engine accepts (engine.options.RESULT_ORDER)."""
+        from engine.options import RESULT_ORDER
 
-    def search_image(self, path: str, top_k: int, filters: dict[str, Any] | None = None):
-        flt = self._filter(filters)
+        return [(v, RESULT_ORDER_LABELS.get(v, v)) for v in RESULT_ORDER.choices]
+
+    @staticmethod
+    def cutoff_range() -> tuple[float, float]:
+        """The relevance cut-off's range (engine.options.RELEVANCE_CUTOFF); its lower end is
+        excluded, so a spin box at that value means "no cut-off"."""
+        from engine.options import RELEVANCE_CUTOFF
+
+        return float(RELEVANCE_CUTOFF.lo), float(RELEVANCE_CUTOFF.hi)
+
+    def search_text(self, text: str, top_k: int, filters: dict[str, Any] | None = None,
+                    max_tokens: int | None = None, order: str = "relevance", cutoff: float | None = None):
+        flt = self._filter(filters)  # cheap checks first: a bad date should not wait for a model to load
+        self._check_arrangement(order, cutoff)
         embedder = self.embedder()
-        return self.services.searcher(embedder).search_image(path, top_k=top_k, flt=flt)
+        return self.services.searcher(embedder).search_text(text, top_k=top_k, flt=flt, max_tokens=max_tokens,
+                                                            order=order, cutoff=cutoff)
+
+    def search_image(self, path: str, top_k: int, filters: dict[str, Any] | None = None, order: str = "relevance",
+                     cutoff: float | None = None):
+        flt = self._filter(filters)
+        self._check_arrangement(order, cutoff)
+        embedder = self.embedder()
+        return self.services.searcher(embedder).search_image(path, top_k=top_k, flt=flt, order=order,
+                                                             cutoff=cutoff)
+
+    @staticmethod
+    def _check_arrangement(order: str, cutoff: float | None) -> None:
+        # The engine's own checks, before a model loads: the CLI's flags use the same validators.
+        from engine.options import RELEVANCE_CUTOFF, RESULT_ORDER
+
+        RESULT_ORDER.check(order)
+        if cutoff is not None:
+            RELEVANCE_CUTOFF.check(cutoff)
 
     def token_budget(self, text: str, max_tokens: int | None = None):
         from engine.query_budget import token_budget
 
         return token_budget(self.embedder(), text, max_tokens)
+
+    # -- duplicates ---------------------------------------------------------------
+    @staticmethod
+    def duplicate_settings() -> dict[str, Any]:
+        """Ranges and defaults of the duplicates options (engine.options, as the CLI's flags)."""
+        from engine.duplicates import DEFAULT_NEAR_DISTANCE
+        from engine.options import PHASH_DISTANCE, SIMILARITY_THRESHOLD
+
+        return {"near_range": (int(PHASH_DISTANCE.lo), int(PHASH_DISTANCE.hi)), "near_default": DEFAULT_NEAR_DISTANCE,
+                "similar_range": (float(SIMILARITY_THRESHOLD.lo), float(SIMILARITY_THRESHOLD.hi))}
+
+    def duplicates_job(self, near_distance: int | None, similar: float | None
+                       ) -> Callable[[CancelToken], Iterator[Progress]]:
+        """The duplicates search as a job (the CLI's `longlens duplicates`); its last Progress
+        carries the report in extra["report"]. Nothing is deleted."""
+        from engine.duplicates import PhashCache, find_duplicates
+        from engine.options import PHASH_DISTANCE, SIMILARITY_THRESHOLD
+
+        if near_distance is not None:
+            PHASH_DISTANCE.check(near_distance)
+        if similar is not None:
+            SIMILARITY_THRESHOLD.check(similar)
+
+        def job(token: CancelToken) -> Iterator[Progress]:
+            identity = name = None
+            if similar is not None:
+                from engine.models.registry import installed_identity
+
+                name = self._model_name()
+                identity = installed_identity(name, self.paths).image
+            cache = PhashCache(self.paths.cache / "phash.sqlite3")
+            try:
+                yield from find_duplicates(self.services.catalog, self.services.store, near_distance=near_distance,
+                                           similar=similar, model_identity=identity, model_name=name,
+                                           phash_cache=cache, cancel=token)
+            finally:
+                cache.close()
+
+        return job
+
+    def export_duplicates(self, report: Any, dest: str) -> str:
+        """Write the list (CSV or JSON by the suffix) atomically; the CLI's --out guard applies."""
+        from engine.duplicates import export_report
+
+        roots = [lib.root for lib in self.services.catalog.libraries()]
+        return str(export_report(report, dest, roots))
 
     # -- images -----------------------------------------------------------------
     def thumbnail(self, path: str, size: int):
@@ -407,6 +484,16 @@ def resolve_paths(home: str | None = None):
     from engine.config import get_paths
 
     return get_paths(home).ensure()
+
+
+def date_text(hit: Any) -> str | None:
+    """A result's date in words, saying whether it is the EXIF date or the file time."""
+    from engine.catalog.dates import describe_date
+
+    date = getattr(hit, "date", None) or getattr(hit, "exif_date", None)
+    if not date:
+        return None
+    return describe_date(date, getattr(hit, "date_source", None) or "exif")
 
 
 def display_text(path: str) -> str:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from desktop_app import theme
 from desktop_app.background import WorkerHub
 from desktop_app.dialogs import messages
+from desktop_app.dialogs.duplicates_dialog import DuplicatesDialog
 from desktop_app.dialogs.models_dialog import ModelsDialog
 from desktop_app.dialogs.settings_dialog import SettingsDialog
 from desktop_app.facade import Backend
@@ -122,6 +123,7 @@ class MainWindow(QMainWindow):
         file_menu = self.menuBar().addMenu("&File")
         self.add_action = self._action(file_menu, "&Add photo folder…", "Ctrl+O", self.library_view.add_folder_dialog)
         self._action(file_menu, "Open &caption file for review…", "Ctrl+Shift+O", self.open_review_dialog)
+        self._action(file_menu, "Find &duplicates…", None, self.open_duplicates)
         file_menu.addSeparator()
         self._action(file_menu, "&Settings…", "Ctrl+,", self.open_settings)
         self._action(file_menu, "&Models…", None, self.open_models)
@@ -271,6 +273,12 @@ class MainWindow(QMainWindow):
         self.search_view.top_spin.setValue(int(values.get("top_k") or 200))
         self.update_model_banner()
         self.search_view._update_budget()
+
+    def open_duplicates(self) -> DuplicatesDialog:
+        dlg = DuplicatesDialog(self.backend, self.hub, self)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+        dlg.open()
+        return dlg
 
     def open_models(self) -> ModelsDialog:
         dlg = ModelsDialog(self.backend, self.hub, self)

@@ -102,6 +102,14 @@ LEARNING_RATE = Number("learning rate", float, 0.0, 10.0, lo_open=True)
 TEMPERATURE = Number("temperature", float, 0.0, 100.0, lo_open=True)
 THUMBNAIL_CACHE_MB = count("thumbnail cache size (MB)", 16, 65536)
 TRAIN_LAYERS = count("trained layers", 0, 4096)
+# The relevance cut-off: results whose score is more than this below the best result's score (in
+# cosine-similarity units, so at most 2) are not shown (engine.search.ordering.apply_cutoff).
+RELEVANCE_CUTOFF = Number("relevance cut-off", float, 0.0, 2.0, lo_open=True)
+# Duplicates (engine.duplicates): two pictures are near-duplicates when their 64-bit perceptual
+# hashes differ in at most this many bits, and visually similar when the cosine similarity of
+# their embeddings is at least the similarity threshold.
+PHASH_DISTANCE = count("perceptual-hash distance", 0, 32)
+SIMILARITY_THRESHOLD = Number("similarity threshold", float, 0.0, 1.0, lo_open=True)
 # The share of a paragraph's sentences a training step keeps (the seed's sentence sampling).
 SENTENCE_SAMPLING = Number("sentence-sampling fraction", float, 0.0, 1.0, lo_open=True)
 
@@ -158,6 +166,10 @@ class Choice:
 # What `index` does with a RAW file and a JPEG (or HEIF) of the same name in the same folder:
 # index the JPEG only (the default: one shot, one result), the RAW only, or both.
 RAW_JPEG_PAIRS = Choice("RAW+JPEG pairs", ("jpeg", "raw", "both"))
+
+# The order search results are shown in: by relevance (the model's ranking), or the same results
+# by the picture's date, newest or oldest first (engine.search.ordering).
+RESULT_ORDER = Choice("result order", ("relevance", "date-new", "date-old"))
 
 # settings.json keys that hold one of a fixed set of values.
 SETTINGS_CHOICES: dict[str, Choice] = {

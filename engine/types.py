@@ -72,6 +72,10 @@ class SearchHit:
     rel_path: str
     exif_date: str | None = None
     camera: str | None = None
+    # The date shown, sorted and filtered by: the EXIF date, else the file's modification time;
+    # date_source says which ("exif" | "file time", engine.catalog.dates).
+    date: str | None = None
+    date_source: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -93,3 +97,7 @@ class SearchResult:
     reranked: int = 0
     #: Things the user should know about this search (e.g. why re-ranking was not done).
     notes: list[str] = field(default_factory=list)
+    #: The order of `hits` (engine.options.RESULT_ORDER: relevance, date-new, date-old).
+    order: str = "relevance"
+    #: Where a relevance cut-off ended the results (engine.search.ordering.Cutoff), None without one.
+    cutoff: Any = None

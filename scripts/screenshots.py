@@ -98,10 +98,10 @@ def run(out: Path, home: Path) -> int:
             app.processEvents()
             time.sleep(0.01)
 
-    def shot(name: str) -> None:
+    def shot(name: str, window=None) -> None:
         pump(0.4)
         screen = QApplication.primaryScreen()
-        pix = screen.grabWindow(win.winId())  # the X server's pixels of the real window
+        pix = screen.grabWindow((window or win).winId())  # the X server's pixels of the real window
         path = out / name
         pix.save(str(path))
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
@@ -180,9 +180,56 @@ def run(out: Path, home: Path) -> int:
     view.grid.setFocus()
     shot("search-results-dark.png")
 
+    theme.apply_theme(app, "light")
+    win.update_model_banner()
+    shoot_dates_and_duplicates(win, home, photos, shot, until, pump)
+
     win.close()
     backend.close()
     return 0
+
+
+def shoot_dates_and_duplicates(win, home: Path, photos: Path, shot, until, pump) -> None:
+    """Issue 20: results newest first with a relevance cut-off, and the duplicates dialog over a
+    folder with copies, each at full size and at 1024x640."""
+    from PIL import Image
+
+    view = win.search_view
+    win.tabs.setCurrentWidget(view)
+    view.sort_box.setCurrentIndex(view.sort_box.findData("date-new"))
+    view.cutoff_spin.setValue(0.05)
+    until(lambda: not view.stale and view.cutoff_label.isVisible(), 60, "re-run with order and cut-off")
+    pump(0.5)
+    shot("search-date-cutoff.png")
+
+    dups = home / "duplicates"
+    dups.mkdir(exist_ok=True)
+    pics = sorted(photos.rglob("*.jpg"))[:3]
+    for i, p in enumerate(pics):
+        shutil.copy2(p, dups / f"{p.stem}.jpg")
+        if i < 2:
+            shutil.copy2(p, dups / f"{p.stem} copy.jpg")
+        Image.open(p).save(dups / f"{p.stem} re-saved.jpg", quality=60)
+    done = []
+    win.queue.finished.connect(lambda *a: done.append(a))
+    win.library_view.add_folder(str(dups))
+    until(lambda: done, 120, "indexing the duplicates folder")
+    dlg = win.open_duplicates()
+    dlg.resize(*SIZE)
+    dlg.move(0, 0)
+    job = dlg.start()
+    until(lambda: not job.running and dlg.report is not None, 120, "duplicates")
+    until(lambda: all(not dlg.tree.topLevelItem(0).child(i).icon(0).isNull()
+                      for i in range(dlg.tree.topLevelItem(0).childCount())), 30, "duplicate thumbnails")
+    pump(0.5)
+    shot("duplicates.png", dlg)
+    dlg.resize(1024, 640)
+    win.resize(1024, 640)
+    pump(0.5)
+    shot("duplicates-1024.png", dlg)
+    dlg.close()
+    pump(0.3)
+    shot("search-date-cutoff-1024.png")
 
 
 if __name__ == "__main__":

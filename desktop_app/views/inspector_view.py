@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 
 from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
-from desktop_app.facade import Backend, LonglensError, display_text
+from desktop_app.facade import Backend, LonglensError, date_text, display_text
 from desktop_app.widgets import overlay
 from desktop_app.widgets.image_canvas import ImageCanvas
 
@@ -214,7 +214,7 @@ class InspectorView(QWidget):
     def show_hit(self, hit: Any, query: dict[str, str | None]) -> None:
         self.hit = hit
         self._show(hit.path, query, score=hit.score, rank=hit.rank,
-                   date=getattr(hit, "exif_date", None), camera=getattr(hit, "camera", None))
+                   date=date_text(hit), camera=getattr(hit, "camera", None))
 
     def show_path(self, path: str, query: dict[str, str | None]) -> None:
         self.hit = None
@@ -232,7 +232,7 @@ class InspectorView(QWidget):
         if score is not None:
             bits.append(f"score {score:.4f} · rank {rank}")
         if date:
-            bits.append(f"taken {date.replace('T', ' ')}")
+            bits.append(date)  # "taken …" or "file time … (no EXIF date)" (facade.date_text)
         if camera:
             bits.append(camera)
         self.details.setText("\n".join(bits))

@@ -14,7 +14,7 @@ from typing import Any
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QImage, QPixmap
 
-from desktop_app.facade import display_text
+from desktop_app.facade import date_text, display_text
 from desktop_app.thumbnails import ThumbnailLoader
 
 HitRole = Qt.ItemDataRole.UserRole + 1
@@ -74,8 +74,9 @@ class ResultsModel(QAbstractListModel):
             return h.path
         if role == Qt.ItemDataRole.ToolTipRole:
             parts = [display_text(h.path), f"score {h.score:.4f} (rank {h.rank})"]
-            if getattr(h, "exif_date", None):
-                parts.append(f"taken {h.exif_date.replace('T', ' ')}")
+            when = date_text(h)
+            if when:
+                parts.append(when)
             if getattr(h, "camera", None):
                 parts.append(h.camera)
             return "\n".join(parts)

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDateEdit,
     QDialog,
+    QDoubleSpinBox,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -39,6 +40,8 @@ from desktop_app.widgets.paragraph_edit import ParagraphEdit
 from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
 
 ALL_FOLDERS = "All folders"
+# How long after the last change of a filter the search runs again (typing a camera name).
+RERUN_DELAY_MS = 400
 
 
 class QuickLook(QDialog):
@@ -122,6 +125,7 @@ class SearchView(QWidget):
         self._budget_dirty = False
         self.query: dict[str, str | None] = {"text": None, "image": None}
         self.last_result: Any = None
+        self.stale = False  # a filter changed since the results shown were searched
         self.search_job: Job | None = None
 
         # -- query editor --------------------------------------------------------------------
@@ -208,6 +212,53 @@ class SearchView(QWidget):
         filters.addWidget(self.camera_edit, 1)
         filters.addWidget(self.top_spin)
 
+        # -- order and relevance cut-off (engine.search.ordering) ------------------------------------
+        self.sort_box = QComboBox()
+        self.sort_box.setObjectName("result-order")
+        for value, label in backend.result_orders():
+            self.sort_box.addItem(label, value)
+        self.sort_box.setToolTip("Relevance, or the same results by date (the EXIF date, else the file's "
+                                 "modification time)")
+        lo, hi = backend.cutoff_range()
+        self.cutoff_spin = QDoubleSpinBox()
+        self.cutoff_spin.setObjectName("relevance-cutoff")
+        self.cutoff_spin.setDecimals(3)
+        self.cutoff_spin.setSingleStep(0.01)
+        # The engine's range; its lower end (excluded there) is "no cut-off" here.
+        self.cutoff_spin.setRange(lo, hi)
+        self.cutoff_spin.setSpecialValueText("no cut-off")
+        self.cutoff_spin.setPrefix("within ")
+        self.cutoff_spin.setToolTip("Show only the results whose score is within this much of the best "
+                                    "result's score, so the list ends where the scores fall off")
+        self.cutoff_label = QLabel()
+        self.cutoff_label.setObjectName("cutoff-divider")
+        self.cutoff_label.setWordWrap(True)
+        self.cutoff_label.setVisible(False)
+        arrange = QHBoxLayout()
+        arrange.addWidget(QLabel("Order"))
+        arrange.addWidget(self.sort_box)
+        arrange.addSpacing(8)
+        arrange.addWidget(QLabel("Cut-off"))
+        arrange.addWidget(self.cutoff_spin)
+        arrange.addSpacing(8)
+        arrange.addWidget(self.cutoff_label, 1)
+
+        # A filter, the order or the cut-off changed: the last search runs again once the user
+        # pauses (debounced, in a worker: the GUI thread never waits for it).
+        self._rerun_timer = QTimer(self)
+        self._rerun_timer.setSingleShot(True)
+        self._rerun_timer.setInterval(RERUN_DELAY_MS)
+        self._rerun_timer.timeout.connect(self.rerun)
+        self.folder_box.editTextChanged.connect(self._filters_changed)
+        for check in (self.after_check, self.before_check):
+            check.toggled.connect(self._filters_changed)
+        for edit in (self.after_edit, self.before_edit):
+            edit.dateChanged.connect(self._filters_changed)
+        self.camera_edit.textChanged.connect(self._filters_changed)
+        self.top_spin.valueChanged.connect(self._filters_changed)
+        self.sort_box.currentIndexChanged.connect(self._filters_changed)
+        self.cutoff_spin.valueChanged.connect(self._filters_changed)
+
         # -- results --------------------------------------------------------------------------------
         self.loader = ThumbnailLoader(backend.thumbnail, THUMBNAIL_PX, parent=self)
         self.model = ResultsModel(self.loader, self)
@@ -247,6 +298,7 @@ class SearchView(QWidget):
         lay.addLayout(top)
         lay.addWidget(self.image_chip)
         lay.addLayout(filters)
+        lay.addLayout(arrange)
         lay.addWidget(self.stack, 1)
         lay.addWidget(self.status)
 
@@ -373,6 +425,30 @@ class SearchView(QWidget):
         out["camera"] = self.camera_edit.text().strip() or None
         return out
 
+    def order(self) -> str:
+        return str(self.sort_box.currentData())
+
+    def cutoff(self) -> float | None:
+        value = self.cutoff_spin.value()
+        return None if value <= self.cutoff_spin.minimum() else float(value)
+
+    def _filters_changed(self, *_args: Any) -> None:
+        if self.query.get("text") is None and self.query.get("image") is None:
+            return  # nothing searched yet: nothing to refresh
+        self.stale = True
+        self._set_status("Filters changed: searching again…")
+        self._rerun_timer.start()
+
+    def rerun(self) -> Job | None:
+        """The last search again, with the filters, order and cut-off as they are now."""
+        self._rerun_timer.stop()
+        if self.query.get("image"):
+            return self.search_image(self.query["image"])
+        if self.query.get("text"):
+            return self._run(self.backend.search_text, self.query["text"], self.top_spin.value(), self.filters(),
+                             self.backend.settings().get("max_tokens"), self.order(), self.cutoff())
+        return None
+
     def run_text_query(self, text: str) -> Job | None:
         self.editor.setPlainText(text)
         return self.search()
@@ -386,7 +462,7 @@ class SearchView(QWidget):
             return None
         self.query = {"text": text, "image": None}
         return self._run(self.backend.search_text, text, self.top_spin.value(), self.filters(),
-                         self.backend.settings().get("max_tokens"))
+                         self.backend.settings().get("max_tokens"), self.order(), self.cutoff())
 
     def search_image(self, path: str) -> Job | None:
         if Path(path).suffix.lower() not in self.backend.image_suffixes():
@@ -396,13 +472,15 @@ class SearchView(QWidget):
         self.image_chip_label.setText(
             f"Finding pictures similar to <b>{html.escape(display_text(os.path.basename(path)))}</b>")
         self.image_chip.setVisible(True)
-        return self._run(self.backend.search_image, path, self.top_spin.value(), self.filters())
+        return self._run(self.backend.search_image, path, self.top_spin.value(), self.filters(), self.order(),
+                         self.cutoff())
 
     def clear_image_query(self) -> None:
         self.query = {"text": self.editor.toPlainText() or None, "image": None}
         self.image_chip.setVisible(False)
 
     def _run(self, fn, *args) -> Job:
+        self._rerun_timer.stop()  # this search already has the filters as they are now
         self._seq += 1
         seq = self._seq
         self._set_status("Searching…")
@@ -424,18 +502,26 @@ class SearchView(QWidget):
         if seq != self._seq:
             return
         self.last_result = result
+        self.stale = False
         self.show_welcome(False)
         self.model.set_hits(result.hits)
         if result.hits:
             self.grid.setCurrentIndex(self.model.index(0))
             self.grid.scrollToTop()
         parts = [f"{len(result.hits)} result{'s' if len(result.hits) != 1 else ''}"]
+        cut = getattr(result, "cutoff", None)
+        self.cutoff_label.setVisible(cut is not None)
+        if cut is not None:
+            self.cutoff_label.setText(f"✂ {cut.text()}")
+        if getattr(result, "order", "relevance") != "relevance":
+            parts.append("newest first" if result.order == "date-new" else "oldest first")
         if result.tokens_total is not None:
             parts.append(f"{result.tokens_used}/{result.tokens_total} tokens read"
                          + (" (query truncated)" if result.truncated else ""))
         ms = sum(result.timings_ms.values())
         parts.append(f"{ms:.0f} ms")
         parts.append(f"model {result.model_id}")
+        parts += list(getattr(result, "notes", ()))
         if not result.hits:
             parts.insert(0, "No results: is a folder indexed with this model, and do the filters match?")
         self._set_status(" · ".join(parts))
@@ -509,6 +595,7 @@ class SearchView(QWidget):
 
     def shutdown(self) -> None:
         self._budget_timer.stop()
+        self._rerun_timer.stop()
         self.loader.shutdown()
 
     def sizeHint(self) -> QSize:

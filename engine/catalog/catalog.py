@@ -12,6 +12,7 @@ import numpy as np
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
 
 from engine.catalog import paths as dbpaths
+from engine.catalog.dates import picture_date_sql
 from engine.catalog.db import (
     SCHEMA_VERSION,
     CatalogConflictError,
@@ -56,10 +57,25 @@ class ImageWrite(ImageFields):
     vector: np.ndarray | None = None
 
 
+# What a filter over optional metadata does with a picture that lacks the field: said once here,
+# counted by Catalog.filter_gaps and reported with every filtered search (engine.search.searcher).
+KEPT_BY_FILE_TIME = "dated by its file time"  # the date filter: every picture has a date (catalog.dates)
+LEFT_OUT = "left out"  # the picture cannot be shown to match, so the filter does not keep it
+MISSING_FIELD_RULES: dict[str, str] = {
+    "date": KEPT_BY_FILE_TIME,
+    "camera": LEFT_OUT,
+}
+_LACKING = {
+    "date": lambda: images.c.exif_date.is_(None),
+    "camera": lambda: and_(func.coalesce(images.c.camera_make, "") == "",
+                           func.coalesce(images.c.camera_model, "") == ""),
+}
+
+
 @dataclass
 class ImageFilter:
     folder: str | None = None  # absolute folder, or a folder relative to a library root
-    after: str | None = None  # ISO date, inclusive, compared with the EXIF date
+    after: str | None = None  # ISO date, inclusive, compared with the picture's date (catalog.dates)
     before: str | None = None  # ISO date, exclusive of later days
     camera: str | None = None  # case-insensitive substring of make or model
 
@@ -457,26 +473,25 @@ class Catalog:
             q = select(images).where(images.c.library_id == library_id, images.c.status == "unreadable")
             return [_row_to_record(r) for r in conn.execute(q)]
 
-    def filtered_ids(self, library_id: int, flt: ImageFilter) -> set[int]:
-        """Live image ids of a library that pass the filter."""
+    def _filter_conditions(self, library_id: int, flt: ImageFilter) -> dict[str, list] | None:
+        """The SQL conditions of each part of the filter (None: the folder is outside this library)."""
         lib = self.library(library_id)
-        conds = [images.c.library_id == library_id, images.c.status == STATUS_OK]
+        parts: dict[str, list] = {"live": [images.c.library_id == library_id, images.c.status == STATUS_OK]}
         if flt.folder:
             rel = _folder_relative_to(flt.folder, lib.root)
             if rel is None:
-                return set()
+                return None
             if rel:
                 rel_db = dbpaths.to_db(rel)
-                conds.append(
+                parts["folder"] = [
                     or_(images.c.rel_path == rel_db, images.c.rel_path.startswith(rel_db + "/", autoescape=True))
-                )
-        if flt.after:
-            conds.append(images.c.exif_date >= flt.after)
-        if flt.before:
-            conds.append(images.c.exif_date < flt.before)
+                ]
+        if flt.after or flt.before:
+            date = picture_date_sql()  # the EXIF date, else the file time: no picture lacks one
+            parts["date"] = ([date >= flt.after] if flt.after else []) + ([date < flt.before] if flt.before else [])
         if flt.camera:
             pat = f"%{flt.camera.lower()}%"
-            conds.append(
+            parts["camera"] = [
                 or_(
                     func.lower(func.coalesce(images.c.camera_make, "")).like(pat),
                     func.lower(func.coalesce(images.c.camera_model, "")).like(pat),
@@ -484,9 +499,38 @@ class Catalog:
                         func.coalesce(images.c.camera_make, "") + " " + func.coalesce(images.c.camera_model, "")
                     ).like(pat),
                 )
-            )
+            ]
+        return parts
+
+    def filtered_ids(self, library_id: int, flt: ImageFilter) -> set[int]:
+        """Live image ids of a library that pass the filter."""
+        parts = self._filter_conditions(library_id, flt)
+        if parts is None:
+            return set()
+        conds = [c for part in parts.values() for c in part]
         with self.read() as conn:
             return {int(r[0]) for r in conn.execute(select(images.c.id).where(*conds))}
+
+    def filter_gaps(self, library_id: int, flt: ImageFilter) -> dict[str, int]:
+        """For each active filter over optional metadata (MISSING_FIELD_RULES), how many live
+        pictures of the library lack its field among those the rest of the filter keeps: the
+        date filter's are kept, dated by their file time; the camera filter's are left out."""
+        parts = self._filter_conditions(library_id, flt)
+        if parts is None:
+            return {}
+        out: dict[str, int] = {}
+        with self.read() as conn:
+            for name, lacking in _LACKING.items():
+                if name not in parts:
+                    continue
+                # The date filter applies to these pictures (through their file time); a filter
+                # whose pictures lacking the field are left out is taken away to count them.
+                keep = parts if MISSING_FIELD_RULES[name] == KEPT_BY_FILE_TIME else {
+                    k: v for k, v in parts.items() if k != name}
+                conds = [c for part in keep.values() for c in part]
+                out[name] = int(conn.execute(select(func.count()).select_from(images).where(*conds, lacking()))
+                                .scalar() or 0)
+        return out
 
     def model_ids(self) -> set[str]:
         """The keys vectors are stored under (model identities, engine.models.registry)."""

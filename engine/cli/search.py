@@ -10,6 +10,9 @@ from typing import Any
 from engine import options
 from engine.cli import common
 
+# engine.catalog.dates.DATE_FROM_FILE_TIME (not imported here: `longlens --help` loads no SQLAlchemy).
+DATE_FROM_FILE_TIME = "file time"
+
 
 def _filter(args: argparse.Namespace):
     from engine.search.filters import build_filters
@@ -28,11 +31,13 @@ def cmd_search(args: argparse.Namespace) -> int:
         embedder = svc.embedder(args.model, device=args.device, text_tower=args.text_tower)
         searcher = svc.searcher(embedder)
         if args.image is not None:
-            result = searcher.search_image(args.image, top_k=args.top, flt=flt)
+            result = searcher.search_image(args.image, top_k=args.top, flt=flt, order=args.sort,
+                                           cutoff=args.cutoff)
         else:
             text = sys.stdin.read() if args.query == "-" else args.query
             result = searcher.search_text(text, top_k=args.top, flt=flt, max_tokens=args.max_tokens,
-                                          rerank=args.rerank, rerank_k=args.rerank_k)
+                                          rerank=args.rerank, rerank_k=args.rerank_k, order=args.sort,
+                                          cutoff=args.cutoff)
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)
         if args.json:
@@ -43,24 +48,41 @@ def cmd_search(args: argparse.Namespace) -> int:
                 "truncated": result.truncated,
                 "reranked": result.reranked,
                 "timings_ms": result.timings_ms,
+                "order": result.order,
+                "cutoff": result.cutoff.as_dict() if result.cutoff is not None else None,
                 "results": [h.to_json() for h in result.hits],
             })
             return 0
         if result.tokens_total is not None:
             note = " (TRUNCATED)" if result.truncated else ""
             print(f"query: {result.tokens_used}/{result.tokens_total} tokens used{note}; model {result.model_id}")
+        if result.cutoff is not None:
+            print(f"cut-off: {result.cutoff.text()}")
         if not result.hits:
             print("no results (is the folder indexed with this model? try `longlens index DIR`)")
+        if result.order != "relevance":
+            print(f"ordered by date, {'newest' if result.order == 'date-new' else 'oldest'} first "
+                  "(the rank is the relevance rank)")
         for h in result.hits:
             rr = h.extra.get("rerank_score")
             both = f"  itm {rr:6.4f} (ann #{h.extra['ann_rank']})" if rr is not None else ""
-            print(f"{h.rank:4}  {h.score:8.4f}{both}  {h.path}")
+            print(f"{h.rank:4}  {h.score:8.4f}{both}  {_date_column(h)}  {h.path}")
+        if any(h.date_source == DATE_FROM_FILE_TIME for h in result.hits):
+            print("* no EXIF date: the date shown is the file's modification time")
         return 0
+
+
+def _date_column(hit: Any) -> str:
+    """The picture's date to the minute, '*' marking a file time (no EXIF date)."""
+    if not hit.date:
+        return " " * 17
+    mark = "*" if hit.date_source == DATE_FROM_FILE_TIME else " "
+    return f"{hit.date[:16].replace('T', ' ')}{mark}"
 
 
 SEARCH_FLAGS = {"model": "--model", "top_k": "--top", "max_tokens": "--max-tokens", "rerank_k": "--rerank-k",
                 "text_tower": "--text-tower", "after": "--after", "before": "--before", "camera": "--camera",
-                "folder": "--folder"}
+                "folder": "--folder", "order": "--sort", "cutoff": "--cutoff"}
 
 
 def register(sub: Any) -> None:
@@ -70,9 +92,17 @@ def register(sub: Any) -> None:
     ss.add_argument("--json", action="store_true")
     ss.add_argument("--image", help="search with an image instead of text")
     ss.add_argument("--folder", help="only images under this folder")
-    ss.add_argument("--after", help="only images taken on or after this date (YYYY-MM-DD)")
-    ss.add_argument("--before", help="only images taken before this date (YYYY-MM-DD)")
-    ss.add_argument("--camera", help="only images whose camera make/model contains this text")
+    ss.add_argument("--after", help="only images taken on or after this date (YYYY-MM-DD); a picture without an "
+                    "EXIF date is dated by its file's modification time")
+    ss.add_argument("--before", help="only images taken before this date (YYYY-MM-DD), dated as for --after")
+    ss.add_argument("--camera", help="only images whose camera make/model contains this text (pictures that "
+                    "record no camera are left out)")
+    ss.add_argument("--sort", type=options.RESULT_ORDER, default="relevance", metavar="{relevance,date-new,date-old}",
+                    help="order of the results: by relevance (default), or the same results by date, newest or "
+                         "oldest first (the EXIF date, else the file's modification time, marked *)")
+    ss.add_argument("--cutoff", type=options.RELEVANCE_CUTOFF, metavar="DELTA",
+                    help="show only the results whose score is within DELTA of the best result's score (e.g. "
+                         "0.05), so the list ends where the scores fall off; prints where it cut")
     ss.add_argument("--model")
     ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder (default: the settings')")
     ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET,

@@ -9,11 +9,14 @@ from pathlib import Path
 import numpy as np
 
 from engine.catalog import Catalog, ImageFilter
+from engine.catalog.catalog import KEPT_BY_FILE_TIME, MISSING_FIELD_RULES
+from engine.catalog.dates import picture_date
 from engine.errors import DecodeError, QueryError
 from engine.index.store import IndexStore
 from engine.indexing.decode import decode_image
 from engine.models.base import Embedder
-from engine.options import RERANK_K, TOP_K, token_budget_for
+from engine.options import RELEVANCE_CUTOFF, RERANK_K, RESULT_ORDER, TOP_K, token_budget_for
+from engine.search.ordering import arrange
 from engine.types import SearchHit, SearchResult
 
 DEFAULT_TOP_K = 20
@@ -44,6 +47,31 @@ def clean_query(text: str) -> str:
     return cleaned
 
 
+def _check_arrangement(order: str, cutoff: float | None) -> None:
+    # Checked before the query is encoded: a bad value is refused before any work starts.
+    RESULT_ORDER.check(order)
+    if cutoff is not None:
+        RELEVANCE_CUTOFF.check(cutoff)
+
+
+_FIELD_WORDS = {"date": ("date filter", "no EXIF date"), "camera": ("camera filter", "no camera recorded")}
+
+
+def gap_notes(gaps: dict[str, int]) -> list[str]:
+    """What a filter did with the pictures that lack its field (catalog.MISSING_FIELD_RULES)."""
+    notes = []
+    for name, n in gaps.items():
+        if not n:
+            continue
+        what, lacking = _FIELD_WORDS.get(name, (f"{name} filter", f"no {name}"))
+        pictures = f"{n} picture{'s' if n != 1 else ''} with {lacking}"
+        if MISSING_FIELD_RULES.get(name) == KEPT_BY_FILE_TIME:
+            notes.append(f"{what}: {pictures} dated by the file's modification time instead")
+        else:
+            notes.append(f"{what}: {pictures} left out")
+    return notes
+
+
 class Searcher:
     def __init__(self, catalog: Catalog, store: IndexStore, embedder: Embedder) -> None:
         self.catalog = catalog
@@ -58,6 +86,8 @@ class Searcher:
         max_tokens: int | None = None,
         rerank: bool | None = False,
         rerank_k: int = DEFAULT_RERANK_K,
+        order: str = "relevance",
+        cutoff: float | None = None,
     ) -> SearchResult:
         """ANN search, then optionally re-ranking of the top `rerank_k` candidates.
 
@@ -65,9 +95,11 @@ class Searcher:
         the ANN ones), None ("auto": wherever the model supports it: BLIP's ITM head, or
         sceneworld-mini's matching head with alignment) or True (requested; when unsupported, `result.notes` says why). Each
         re-ranked hit keeps its ANN cosine in `score` and gets `rerank_score` and `ann_rank`
-        in extra."""
+        in extra. Then engine.search.ordering: `cutoff` keeps the hits within that much of the
+        best score, `order` arranges them (relevance, date-new, date-old)."""
         from engine.models.registry import rerank_support
 
+        _check_arrangement(order, cutoff)
         t0 = time.perf_counter()
         query = clean_query(text)
         budget = token_budget_for(max_tokens, self.embedder.default_text_tokens, self.embedder.max_text_tokens,
@@ -89,7 +121,7 @@ class Searcher:
         elif rerank:
             result.notes.append(reason)
         result.hits = result.hits[:top_k]
-        return result
+        return arrange(result, order, cutoff)
 
     def _rerank(self, result: SearchResult, query: str, budget: int, k: int) -> None:
         from engine.models.registry import rerank_scores
@@ -114,7 +146,9 @@ class Searcher:
         result.reranked = len(ok)
         result.timings_ms["rerank"] = (time.perf_counter() - t0) * 1000
 
-    def search_image(self, path: Path | str, top_k: int = DEFAULT_TOP_K, flt: ImageFilter | None = None) -> SearchResult:
+    def search_image(self, path: Path | str, top_k: int = DEFAULT_TOP_K, flt: ImageFilter | None = None,
+                     order: str = "relevance", cutoff: float | None = None) -> SearchResult:
+        _check_arrangement(order, cutoff)
         t0 = time.perf_counter()
         path = Path(path)
         try:
@@ -125,7 +159,7 @@ class Searcher:
         t1 = time.perf_counter()
         result = self.search_vector(vec, top_k, flt)
         result.timings_ms["encode"] = (t1 - t0) * 1000
-        return result
+        return arrange(result, order, cutoff)
 
     def search_vector(self, vec: np.ndarray, top_k: int, flt: ImageFilter | None = None) -> SearchResult:
         TOP_K.check(top_k)
@@ -135,10 +169,13 @@ class Searcher:
         t0 = time.perf_counter()
         candidates: list[tuple[float, int, int]] = []  # (score, image id, library id)
         stale_libraries: list[str] = []  # indexed only by another version of this model
+        gaps: dict[str, int] = {}  # pictures lacking a filtered field (catalog.MISSING_FIELD_RULES)
         from engine.models.registry import identity_name
         for lib in self.catalog.libraries():
             allowed = None
             if flt is not None and not flt.is_empty():
+                for name, n in self.catalog.filter_gaps(lib.id, flt).items():
+                    gaps[name] = gaps.get(name, 0) + n
                 ids = self.catalog.filtered_ids(lib.id, flt)
                 if not ids:
                     continue
@@ -163,6 +200,7 @@ class Searcher:
             if rec is None:
                 continue  # deleted between the ANN query and now
             camera = " ".join(x for x in (rec.camera_make, rec.camera_model) if x) or None
+            when = picture_date(rec.exif_date, rec.mtime_ns)
             hits.append(
                 SearchHit(
                     rank=len(hits) + 1,
@@ -173,6 +211,8 @@ class Searcher:
                     rel_path=rec.rel_path,
                     exif_date=rec.exif_date,
                     camera=camera,
+                    date=when.date,
+                    date_source=when.source,
                 )
             )
         t2 = time.perf_counter()
@@ -180,6 +220,7 @@ class Searcher:
         notes, self.store.notes[:] = list(self.store.notes), []
         result = SearchResult(hits=hits, model_id=self.embedder.model_id, notes=notes,
                               timings_ms={"ann": (t1 - t0) * 1000, "catalog": (t2 - t1) * 1000})
+        result.notes.extend(gap_notes(gaps))
         if stale_libraries:
             result.notes.append(
                 f"not searched: {', '.join(stale_libraries)} (indexed with an earlier version of model "

@@ -105,6 +105,9 @@ def test_every_cli_verb_leaves_the_originals_untouched(home, cli, tmp_path, orig
         (("search", QUERY, *model, "--folder", str(f["photos"]), "--rerank", "--json"), (0,)),
         (("search", "--image", str(f["image"]), *model), (0,)),
         (("search", "--image", str(f["raw"]), *model), (0,)),
+        (("search", QUERY, *model, "--sort", "date-new", "--cutoff", "0.05", "--after", "2000-01-01"), (0,)),
+        (("duplicates", "--similar", "0.9", *model, "--out", str(out / "duplicates.csv")), (0,)),
+        (("duplicates", "--library", str(f["photos"]), "--json", "--out", str(out / "duplicates.json")), (0,)),
         (("libraries", "--json"), (0,)),
         (("ground", str(f["image"]), QUERY, "--out", str(out / "ground"), *model), (0,)),
         (("ground", str(f["raw"]), QUERY, "--out", str(out / "ground-raw"), *model), (0,)),
@@ -127,4 +130,5 @@ def test_every_cli_verb_leaves_the_originals_untouched(home, cli, tmp_path, orig
         assert_unchanged(tree, before, f"longlens {' '.join(args[:2])}")
     # The verbs did real work (outside the tree): results exist.
     assert (out / "ground").is_dir() and (out / "check.jsonl").is_file() and (out / "eval").is_dir()
+    assert (out / "duplicates.csv").is_file() and (out / "duplicates.json").is_file()
     assert (home / "data" / "catalog.sqlite3").is_file()

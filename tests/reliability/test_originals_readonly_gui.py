@@ -49,7 +49,22 @@ def test_gui_flows_leave_the_originals_untouched(qtbot, window, tmp_path, sample
         view.grid.setCurrentIndex(view.model.index(1))
         with qtbot.waitSignal(view.results_shown, timeout=20000):
             view.find_similar_current()
+        # The order and the cut-off run the search again by themselves (issue 20 item 5).
+        with qtbot.waitSignal(view.results_shown, timeout=20000):
+            view.sort_box.setCurrentIndex(view.sort_box.findData("date-old"))
+        with qtbot.waitSignal(view.results_shown, timeout=20000):
+            view.cutoff_spin.setValue(0.05)
+        assert view.cutoff_label.isVisible()
         assert_unchanged(tree, before, "searching")
+
+        dups = window.open_duplicates()
+        dups.similar_check.setChecked(True)
+        settle(qtbot, dups.start())
+        qtbot.waitUntil(lambda: dups.report is not None, timeout=20000)
+        settle(qtbot, dups.export_to(str(tmp_path / "exported" / "duplicates.json")))
+        assert (tmp_path / "exported" / "duplicates.json").is_file()
+        dups.close()
+        assert_unchanged(tree, before, "the duplicates dialog")
 
         settle(qtbot, view.run_text_query(QUERY))
         view.grid.setCurrentIndex(view.model.index(0))
