@@ -1,7 +1,8 @@
 # Build the Windows bundle and installer: PyInstaller one-folder bundle, its self-test, then
 # Inno Setup's ISCC.exe on installer\windows\longlens.iss. Run from a checkout, in PowerShell:
 #   powershell -ExecutionPolicy Bypass -File installer\windows\build.ps1
-# Needs Python 3.11 (x64) on PATH as `py -3.11` and Inno Setup 6.3+ (ISCC.exe). Optional code
+# Needs Python 3.11 (x64): `py -3.11`, or the python.exe that $env:PYTHON names (as CI passes it),
+# and Inno Setup 6.3+ (ISCC.exe). Optional code
 # signing: set LONGLENS_SIGN_CERT (a .pfx path) and LONGLENS_SIGN_PASSWORD; signtool.exe from
 # the Windows SDK must be on PATH.
 # Not run on the Linux build machine: written from the PyInstaller and Inno Setup manuals.
@@ -12,7 +13,8 @@ $Venv = Join-Path $Work "venv"
 $Dist = Join-Path $Root "dist"
 
 if (-not (Test-Path (Join-Path $Venv "Scripts\python.exe"))) {
-    py -3.11 -m venv $Venv
+    if ($env:PYTHON) { & $env:PYTHON -m venv $Venv } else { py -3.11 -m venv $Venv }
+    if ($LASTEXITCODE -ne 0) { throw "creating the build venv failed" }
     & "$Venv\Scripts\python.exe" -m pip install --upgrade pip
     # requirements.lock pins torch==2.13.0: on Windows PyPI serves the CPU build of that version.
     & "$Venv\Scripts\pip.exe" install --prefer-binary -r "$Root\requirements.lock" -r "$Root\installer\requirements.txt"
