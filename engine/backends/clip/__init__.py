@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelError
-from engine.models.backend import ModelBackend
+from engine.models.backend import ModelBackend, deferred
 
 NAME = "clip"
 
@@ -76,4 +76,7 @@ BACKEND = ModelBackend(
     importable=True,
     import_config_check=_import_config_check,
     import_weights_check=_import_weights_check,
+    # Long-CLIP's official weights: OpenAI-layout .pt state dicts, converted once at pull.
+    convert_checkpoint=deferred("engine.backends.clip.convert", "convert_openai_checkpoint"),
+    checkpoint_suffixes=frozenset({".pt"}),
 )
