@@ -75,6 +75,9 @@ _IMPORT_NAMES = frozenset(
         "tokenizer_config.json",
         "tokenizer.json",
         "vocab.txt",
+        # CLIP's BPE tokenizer files: with them a CLIP folder needs no tokenizer.json.
+        "vocab.json",
+        "merges.txt",
         "added_tokens.json",
         "generation_config.json",
         "README.md",

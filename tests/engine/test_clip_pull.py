@@ -33,7 +33,7 @@ from engine.backends.clip.embedder import ClipEmbedder
 from engine.cli import main as cli_main
 from engine.config import get_paths
 from engine.errors import ModelIntegrityError, OfflineError
-from engine.models.download import pull_model
+from engine.models.download import import_model, pull_model
 from engine.models.pins import sha256_pin
 from engine.models.registry import MANIFEST_NAME, get_spec, installed_model_dir, load_embedder, verify_model
 from tests.engine.test_model_pins import register_spec  # noqa: F401  (a fixture)
@@ -238,3 +238,24 @@ def test_registered_longclip_pins_are_the_converters() -> None:
         assert (spec.repo_id, spec.revision, list(spec.files)) == (pinned.repo_id, pinned.revision, [pinned.filename])
         pin = spec.pin(pinned.filename)
         assert pin is not None and (pin.kind, pin.digest) == ("sha256", pinned.sha256)
+
+
+# --- models import of a CLIP folder with vocab.json + merges.txt only --------------------------
+
+
+def test_import_of_a_clip_folder_without_tokenizer_json_copies_vocab_and_merges(tmp_path, clip_b16_tiny_checkpoint):
+    src = tmp_path / "src"
+    shutil.copytree(clip_b16_tiny_checkpoint, src)
+    (src / "tokenizer.json").unlink()
+    assert (src / "vocab.json").is_file() and (src / "merges.txt").is_file()
+    paths = get_paths(tmp_path / "home").ensure()
+    final = import_model(src, "clip-bpe", paths, backend="clip")
+    manifest = json.loads((final / MANIFEST_NAME).read_text())
+    assert {"vocab.json", "merges.txt"} <= set(manifest["files"]) and "tokenizer.json" not in manifest["files"]
+    for f in ("vocab.json", "merges.txt"):
+        assert (final / f).read_bytes() == (src / f).read_bytes()
+    emb = load_embedder("clip-bpe", paths, device="cpu")
+    full = ClipEmbedder(clip_b16_tiny_checkpoint, device="cpu", compute="fast")
+    for text in [*TEXTS, LONG_TEXT]:
+        assert emb.tokenizer(text)["input_ids"] == full.tokenizer(text)["input_ids"]
+    np.testing.assert_allclose(emb.encode_texts(TEXTS), full.encode_texts(TEXTS), atol=1e-6)
