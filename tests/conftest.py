@@ -47,3 +47,18 @@ def longclip_b_tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path
 
     return save_random_clip_checkpoint(tmp_path_factory.mktemp("longclip") / "longclip-b-tiny", name="longclip-b",
                                        size="tiny")
+
+
+@pytest.fixture(scope="session")
+def longclip_openai_tiny_pt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Long-CLIP checkpoint as the authors publish it, scaled down: an OpenAI-layout state dict
+    (248 text positions in two tables, positional_embedding_res) with seeded random weights, saved
+    with torch.save as longclip-B.pt. Shared and read-only."""
+    import torch
+
+    from tests.engine.clip_reference import random_openai_state_dict
+
+    path = tmp_path_factory.mktemp("longclip-pt") / "longclip-B.pt"
+    torch.save(random_openai_state_dict(vision_width=64, text_width=64, embed_dim=32, context=248, longclip=True,
+                                        seed=5), path)
+    return path

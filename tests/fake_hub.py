@@ -164,15 +164,23 @@ def running_hub(monkeypatch) -> Iterator[FakeHub]:
 # --- serving a registered model's files with pins the test computes ---------------------------
 
 
-def files_for_spec(spec, folder: Path) -> dict[str, bytes]:
+def files_for_spec(spec, folder: Path, checkpoint: Path | None = None) -> dict[str, bytes]:
     """The bytes a fake hub serves for each of `spec.files`, from a small model folder of the spec's
-    backend layout: the folder's own file of that name; for pickled weights (pytorch_model.bin) the
-    folder's model.safetensors saved with torch.save; for a file the folder lacks, a small
-    placeholder (a JSON object for .json files)."""
+    backend layout: the folder's own file of that name; for a checkpoint in the backend's own format
+    (a .pt its convert_checkpoint takes: Long-CLIP's), the bytes of `checkpoint`; for pickled
+    weights (pytorch_model.bin) the folder's model.safetensors saved with torch.save; for a file the
+    folder lacks, a small placeholder (a JSON object for .json files)."""
+    from engine.models.registry import get_backend
+
+    own_format = get_backend(spec.backend).checkpoint_suffixes
     served: dict[str, bytes] = {}
     for fname in spec.files:
         src = folder / fname
-        if src.is_file():
+        if Path(fname).suffix in own_format:
+            if checkpoint is None:
+                raise ValueError(f"{spec.name}: {fname} is a {spec.backend} checkpoint; pass one to serve")
+            served[fname] = Path(checkpoint).read_bytes()
+        elif src.is_file():
             served[fname] = src.read_bytes()
         elif fname.endswith(".bin"):
             served[fname] = _state_dict_pickle(folder / "model.safetensors")

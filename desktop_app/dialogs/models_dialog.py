@@ -30,8 +30,9 @@ from desktop_app.facade import Backend, ModelInfo, human_size
 from desktop_app.widgets.progress_panel import format_eta
 
 COLUMNS = ("Model", "Status", "Size", "Description")
-# The stage of a pull whose counts are bytes (the others count files or steps).
-_BYTE_STAGES = ("download",)
+# The stages of a pull whose counts are bytes (the others count files or steps): the download, and
+# the check of a converted checkpoint (Long-CLIP's .pt) right before it is unpickled.
+_BYTE_STAGES = ("download", "verify")
 
 
 def _size(n: int | None) -> str:

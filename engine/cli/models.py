@@ -29,11 +29,12 @@ def cmd_models(args: argparse.Namespace) -> int:
 
         # One bar per stage: looking files up counts files; the download counts bytes (and checks
         # each file against its pin) with tqdm's size, rate and time left; its first report, the
-        # sizes in all and still to fetch, is written above its bar.
+        # sizes in all and still to fetch, is written above its bar. A checkpoint the backend
+        # converts (Long-CLIP's .pt) is checked once more, in bytes, before it is unpickled.
         common.run_job(
             lambda tok: pull_model(args.name, paths, cancel=tok, trust_unpinned=args.trust_unpinned),
             quiet=False,
-            bars=common.Bars(unit=lambda stage: "B" if stage == "download" else "file", announce=True,
+            bars=common.Bars(unit=lambda stage: "B" if stage in ("download", "verify") else "file", announce=True,
                              scaled_units=frozenset({"B"})),
         )
         print(f"installed {args.name} in {registry.installed_model_dir(args.name, paths)}")

@@ -151,6 +151,8 @@ def run_training_job(make_job: Any, quiet: bool) -> Any:
         if p.stage == "validate" and p.message and not quiet and p.extra.get("problems"):
             print(f"data problems ({p.extra['problems']}, {p.extra['skipped']} lines skipped):\n{p.message}",
                   file=sys.stderr)
+        if p.stage == "validate" and p.extra.get("text_tokens_cut") and not quiet:
+            print(f"note: {p.message}", file=sys.stderr)
 
     return common.run_job(make_job, quiet=quiet, bars=BARS, stopping=STOPPING, on_progress=report_problems)
 

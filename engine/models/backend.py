@@ -72,6 +72,14 @@ class ModelBackend:
     import_config_check: Callable[[dict[str, Any]], None] | None = None
     #: import_weights_check(folder, weight_files) raises when the config does not fit the weights.
     import_weights_check: Callable[[Path, list[str]], None] | None = None
+    #: convert_checkpoint(path, out_dir, *, sha256, size, cancel) -> a job (Progress generator) that
+    #: returns out_dir: a model folder of this backend (config.json, model.safetensors, tokenizer ...)
+    #: written from a pickled checkpoint in the backend's own published format (not Hugging Face's),
+    #: unpickled with weights_only=True only after the file matched `sha256` on the descriptor it is
+    #: read from. out_dir must not exist. A registered model whose one file has a suffix in
+    #: `checkpoint_suffixes` is pulled and then converted by it. None: no such format.
+    convert_checkpoint: Callable[..., Any] | None = None
+    checkpoint_suffixes: frozenset[str] = frozenset()
 
     def check_rerank(self, embedder: Any) -> tuple[bool, str]:
         if self.rerank_support is None or self.rerank_scores is None:

@@ -75,6 +75,9 @@ _IMPORT_NAMES = frozenset(
         "tokenizer_config.json",
         "tokenizer.json",
         "vocab.txt",
+        # CLIP's BPE tokenizer files: with them a CLIP folder needs no tokenizer.json.
+        "vocab.json",
+        "merges.txt",
         "added_tokens.json",
         "generation_config.json",
         "README.md",
@@ -494,10 +497,7 @@ def pull_model(
     """
     spec = spec_or_name if isinstance(spec_or_name, ModelSpec) else get_spec(spec_or_name)
     name = spec.name
-    if spec.bundled or not spec.repo_id or not spec.revision:
-        raise ModelError(f"{name!r} is bundled with Longlens and cannot be pulled")
-    if not spec.files:
-        raise ModelError(f"{name!r} lists no files to pull")
+    _check_pullable(spec)
     _check_pull_files(spec, trust_unpinned)
 
     from huggingface_hub import constants
@@ -581,7 +581,13 @@ def pull_model(
     try:
         files: dict[str, dict[str, Any]] = {}
         converted: dict[str, dict[str, Any]] = {}
-        for fname in spec.files:
+        checkpoint = _backend_checkpoint(spec)
+        if checkpoint is not None:
+            found = digests[checkpoint]
+            files = yield from _convert_backend_checkpoint(spec, cache_dir.joinpath(*checkpoint.split("/")), found,
+                                                           staging, cancel)
+            converted[checkpoint] = {"sha256": found.sha256, "size": found.size}
+        for fname in spec.files if checkpoint is None else ():
             _check_cancel(cancel)
             cached = cache_dir.joinpath(*fname.split("/"))
             if fname.endswith(".bin"):
@@ -629,7 +635,38 @@ def pull_model(
     return final
 
 
+def _check_pullable(spec: ModelSpec) -> None:
+    """Refuse, with what to do instead, a spec that names nothing to pull: each kind its own reason."""
+    from engine.models.registry import how_to_get
+
+    name = spec.name
+    if spec.bundled:
+        raise ModelError(f"{name!r} is bundled with Longlens: it ships inside this build and is never downloaded, "
+                         "so there is nothing to pull.")
+    if not spec.repo_id:
+        raise ModelError(f"{name!r} names no model hub repository to pull it from. {how_to_get(name)}")
+    if not spec.revision:
+        raise ModelError(f"{name!r} names no pinned revision of {spec.repo_id}; Longlens pulls only a pinned "
+                         f"commit, never a branch. {how_to_get(name)}")
+    if not spec.files:
+        raise ModelError(f"{name!r} lists no files to pull from {spec.repo_id}. {how_to_get(name)}")
+
+
+def _backend_checkpoint(spec: ModelSpec) -> str | None:
+    """The one file of a spec that is a checkpoint in its backend's own format (converted by the
+    backend's convert_checkpoint into the whole model folder), or None."""
+    from engine.models.registry import get_backend
+
+    suffixes = get_backend(spec.backend).checkpoint_suffixes
+    found = [f for f in spec.files if Path(f).suffix.lower() in suffixes]
+    return found[0] if found else None
+
+
 def _check_pull_files(spec: ModelSpec, trust_unpinned: bool) -> None:
+    checkpoint = _backend_checkpoint(spec)
+    if checkpoint is not None and len(spec.files) != 1:
+        raise ModelError(f"{spec.name}: {checkpoint} is converted into the whole model folder, so the spec "
+                         "lists it alone")
     for fname in spec.files:
         parts = fname.split("/")
         if any(p in ("", ".", "..") for p in parts) or "\\" in fname:
@@ -647,8 +684,9 @@ def _check_pull_files(spec: ModelSpec, trust_unpinned: bool) -> None:
                     f"{spec.name}: {fname} is a pickle file pinned by its {pin.describe()}; pickles are "
                     "loaded, so Longlens takes them only when pinned by their SHA-256"
                 )
-            if suffix != ".bin":
-                raise ModelError(f"{spec.name}: only pickled .bin weights can be converted, not {fname}")
+            if suffix != ".bin" and fname != checkpoint:
+                raise ModelError(f"{spec.name}: only pickled .bin weights (or a checkpoint the {spec.backend} "
+                                 f"backend converts) can be converted, not {fname}")
     bins = [f for f in spec.files if f.endswith(".bin")]
     if len(bins) > 1 or (bins and "model.safetensors" in spec.files):
         raise ModelError(f"{spec.name}: a spec may convert one .bin file and then has no model.safetensors")
@@ -821,6 +859,29 @@ def _download(
         if mapped is e:
             raise e
         raise mapped from e
+
+
+def _convert_backend_checkpoint(spec: ModelSpec, cached: Path, found: FileDigests, staging: Path,
+                                cancel: CancelToken | None) -> Generator[Progress, None, dict[str, dict[str, Any]]]:
+    """Turn a downloaded checkpoint in the backend's own format into the model folder's files,
+    inside `staging`; returns their manifest entries. The backend's converter checks the file
+    against the SHA-256 it matched at download once more, on the descriptor it unpickles from."""
+    from engine.models.registry import get_backend
+
+    convert = get_backend(spec.backend).convert_checkpoint
+    if convert is None:
+        raise ModelError(f"{spec.name}: the {spec.backend} backend cannot convert {cached.name}")
+    yield Progress("convert", 0, None, f"converting {cached.name} into a {spec.backend} model folder")
+    out = staging / ".converted"
+    folder = Path((yield from convert(cached, out, sha256=found.sha256, size=found.size, cancel=cancel)))
+    files: dict[str, dict[str, Any]] = {}
+    for p in sorted(folder.iterdir()):
+        if not p.is_file() or p.is_symlink():
+            raise ModelIntegrityError(f"converting {cached.name} left {p.name}, which is not a plain file")
+        os.replace(p, staging / p.name)
+        files[p.name] = {"sha256": sha256_file(staging / p.name), "size": (staging / p.name).stat().st_size}
+    folder.rmdir()
+    return files
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

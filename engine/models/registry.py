@@ -407,10 +407,15 @@ _register(
 #     tokenizer.json is left out: no stored page shows it at that revision; vocab.json and merges.txt
 #     are what "add model" uploaded, and the CLIP backend reads them.
 # BeichenZhang/LongCLIP-B, BeichenZhang/LongCLIP-L
-#   The official weights are OpenAI-layout .pt pickles; their pins (revision, SHA-256, size) are in
-#   engine/backends/clip/convert.py (PINNED), which converts them. The pull machinery converts only
-#   Hugging Face-layout .bin files, so these two are not pulled: `longlens models convert FILE --name
-#   longclip-b` installs a downloaded copy once its hash matched.
+#   The official weights are OpenAI-layout .pt pickles (the repositories hold nothing else Longlens
+#   needs). Revision 5ec98ddcf52692ea2e5a663a5e0f6920c4554c99 of LongCLIP-B is "Upload longclip-B.pt",
+#   revision a29856989d49817508dbda0fb95c7f6ffc314331 of LongCLIP-L "Upload longclip-L.pt" (which
+#   replaced the first upload 92e2948 after the authors' DDP fix); the SHA-256s are those files' Git
+#   LFS pointers as shown on huggingface.co. The same values (and the sizes) are the converter's
+#   engine/backends/clip/convert.py PINNED, which `longlens models convert FILE` checks a copy
+#   downloaded by hand against; a test keeps the two equal. A pull downloads the .pt, checks it
+#   against its pin, and the clip backend's convert_checkpoint turns it into a CLIPModel folder
+#   (model.safetensors, CLIP's tokenizer, preprocessor_config.json) before it is installed.
 
 _CLIP_SMALL_FILES = (
     "config.json",
@@ -465,16 +470,16 @@ _register(
         name="longclip-b",
         backend="clip",
         description="Long-CLIP B/16: CLIP ViT-B/16 fine-tuned for paragraphs (248 text tokens, about 600 MB). "
-        "Install the official longclip-B.pt with `longlens models convert FILE --name longclip-b`.",
-        repo_id=None,
-        revision=None,
-        files={},
+        "Pulled as the official longclip-B.pt and converted once to safetensors.",
+        repo_id="BeichenZhang/LongCLIP-B",
+        revision="5ec98ddcf52692ea2e5a663a5e0f6920c4554c99",
+        files={"longclip-B.pt": sha256_pin("ca2face3716d60473a4e284e5be2cf0a1f3a4ad9954a6a651d878e814cc0c894")},
         dim=512,
         image_size=224,
         default_text_tokens=248,
         license="Apache-2.0 (BeichenZhang/LongCLIP-B; fine-tuned from OpenAI CLIP, MIT)",
-        notes="Not pulled: the official file is an OpenAI-layout .pt, converted by engine/backends/clip/convert.py "
-        "after its pinned SHA-256 (convert.PINNED) matched.",
+        notes="The official OpenAI-layout .pt, pinned by SHA-256, converted at pull by engine/backends/clip/convert.py "
+        "(unpickled with weights_only only after the pin matched); the .pt is not kept.",
     )
 )
 
@@ -483,16 +488,16 @@ _register(
         name="longclip-l",
         backend="clip",
         description="Long-CLIP L/14: CLIP ViT-L/14 fine-tuned for paragraphs (224 px, 248 text tokens, about "
-        "1.7 GB). Install the official longclip-L.pt with `longlens models convert FILE --name longclip-l`.",
-        repo_id=None,
-        revision=None,
-        files={},
+        "1.7 GB). Pulled as the official longclip-L.pt and converted once to safetensors.",
+        repo_id="BeichenZhang/LongCLIP-L",
+        revision="a29856989d49817508dbda0fb95c7f6ffc314331",
+        files={"longclip-L.pt": sha256_pin("9d2c12ffcbf9099f95bfb9cf8f08f949b695e22fb0018e8895e088f4a88b6afd")},
         dim=768,
         image_size=224,
         default_text_tokens=248,
         license="Apache-2.0 (BeichenZhang/LongCLIP-L; fine-tuned from OpenAI CLIP, MIT)",
-        notes="Not pulled: the official file is an OpenAI-layout .pt, converted by engine/backends/clip/convert.py "
-        "after its pinned SHA-256 (convert.PINNED) matched.",
+        notes="The official OpenAI-layout .pt, pinned by SHA-256, converted at pull by engine/backends/clip/convert.py "
+        "(unpickled with weights_only only after the pin matched); the .pt is not kept.",
     )
 )
 

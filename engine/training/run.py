@@ -130,6 +130,14 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
     cache_dir = req.cache_dir or default_cache_dir(paths, base)
     images = [r.image for r in data.records]
     embedder = load_embedder_for(base, paths, device=req.device)
+    # A budget past the base's text positions (C5's 128-token paragraphs on a 77-position CLIP) is
+    # read up to those positions, as search reads it; said here so the cut is never silent.
+    limit = None if req.text_tower is not None else getattr(embedder, "max_text_tokens", None)
+    cut = sorted({i.tokens for i in cfg.inputs if isinstance(limit, int) and i.tokens > limit})
+    if cut:
+        yield Progress("validate", 0, None, f"{base.name} reads at most {limit} text tokens: the config's "
+                       f"{'/'.join(map(str, cut))}-token texts are read up to there, as search reads them",
+                       extra={"text_tokens_cut": {str(t): limit for t in cut}})
     cache_report: dict[str, Any] = {}
     for p in build_cache(embedder, images, cache_dir, batch_size=req.cache_batch_size, cancel=cancel):
         if p.stage == "done":
@@ -162,6 +170,7 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
     run_info: dict[str, Any] = {"fingerprint": fp, "base_folder": str(base.folder), "cache": str(cache_dir),
                                 "examples": len(examples), "lines": data.n_lines,
                                 "skipped_lines": len(data.skipped_lines), "images_not_embedded": dropped,
+                                "text_tokens_cut": {str(t): limit for t in cut},
                                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     atomic_write_text(out_dir / RUN_FILE, json.dumps(run_info, indent=2) + "\n")
 

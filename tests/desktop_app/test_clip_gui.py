@@ -59,6 +59,6 @@ def test_models_dialog_imports_a_clip_folder(qtbot, window, longclip_b_tiny_chec
     from engine.models.registry import read_manifest
 
     assert read_manifest(window.backend.paths.models / "long-from-dialog")["backend"] == "clip"
-    # Long-CLIP's registered entries are converted from the official file, never pulled.
+    # Long-CLIP's registered entries pull the official .pt (pinned), converted once at pull.
     dlg.select("longclip-b")
-    assert not dlg.pull_button.isEnabled()
+    assert dlg.pull_button.isEnabled()

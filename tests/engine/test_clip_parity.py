@@ -410,10 +410,8 @@ def test_registered_clip_models() -> None:
                                       "longclip-b": (512, 224, 248), "longclip-l": (768, 224, 248)}.items():
         spec = get_spec(name)
         assert spec.backend == "clip" and (spec.dim, spec.image_size, spec.default_text_tokens) == (dim, size, tokens)
-    # Long-CLIP's official .pt files are converted, not pulled; their pins live with the converter.
-    from engine.backends.clip.convert import PINNED
-
-    assert get_spec("longclip-b").repo_id is None and PINNED["longclip-b"].filename == "longclip-B.pt"
+    # Long-CLIP's official .pt files are pulled by their pinned SHA-256 and converted at pull.
+    assert list(get_spec("longclip-b").files) == ["longclip-B.pt"] and get_spec("longclip-b").fully_pinned
     assert get_spec("clip-vit-base-patch16").files["pytorch_model.bin"]
 
 

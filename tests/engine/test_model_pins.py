@@ -22,7 +22,7 @@ import pytest
 
 from engine.cli import main as cli_main
 from engine.config import Paths, get_paths
-from engine.errors import ModelIntegrityError, OfflineError
+from engine.errors import ModelError, ModelIntegrityError, OfflineError
 from engine.jobs import Progress
 from engine.models import registry
 from engine.models.download import pull_model
@@ -42,7 +42,10 @@ REV = "89abcdef0123456789abcdef0123456789abcdef"
 
 # A small model folder in each backend's layout, to serve as a registered model's files. A backend
 # that gains registered models needs an entry here (the test below fails and says so).
-FOLDER_FIXTURES = {"blip": "blip_tiny_checkpoint"}
+FOLDER_FIXTURES = {"blip": "blip_tiny_checkpoint", "clip": "clip_b16_tiny_checkpoint"}
+# A small checkpoint in a backend's own published format, for registered models pulled as one file
+# the backend converts (Long-CLIP's OpenAI-layout .pt).
+CHECKPOINT_FIXTURES = {"clip": "longclip_openai_tiny_pt"}
 
 
 @pytest.fixture
@@ -156,7 +159,9 @@ def test_every_registered_model_pulls_with_no_flag_from_a_hub_serving_its_pinned
     fixture = FOLDER_FIXTURES.get(real.backend)
     assert fixture is not None, (f"{name}: add a small {real.backend} model folder fixture to FOLDER_FIXTURES in "
                                  f"{Path(__file__).name} so its pull is tested")
-    served = files_for_spec(real, request.getfixturevalue(fixture))
+    converts = bool(registry.get_backend(real.backend).checkpoint_suffixes & {Path(f).suffix for f in real.files})
+    checkpoint = request.getfixturevalue(CHECKPOINT_FIXTURES[real.backend]) if converts else None
+    served = files_for_spec(real, request.getfixturevalue(fixture), checkpoint)
     spec = register_spec(pinned_like(real, served))
     assert spec.fully_pinned and spec.revision == real.revision and list(spec.files) == list(real.files)
     publish(hub, spec, served)
@@ -177,11 +182,13 @@ def test_every_registered_model_pulls_with_no_flag_from_a_hub_serving_its_pinned
     assert manifest["trusted_unpinned"] == [] and manifest["pinned"] == dict(spec.files)
     assert manifest["revision"] == real.revision and manifest["repo_id"] == real.repo_id
     assert {m for m, _, _ in hub.log} == {"HEAD", "GET"} and total > 0
-    if real.backend == "blip":
-        from PIL import Image
+    if converts:
+        assert set(manifest["converted_from"]) == set(served) and not list(final.glob("*.pt"))
+    from PIL import Image
 
-        emb = registry.load_embedder(name, paths, device="cpu")
-        assert emb.encode_images([Image.new("RGB", (24, 24), (200, 30, 30))]).shape[0] == 1
+    emb = registry.load_embedder(name, paths, device="cpu")
+    assert emb.backend == real.backend
+    assert emb.encode_images([Image.new("RGB", (24, 24), (200, 30, 30))]).shape[0] == 1
 
 
 # --- a file that does not match its pin ------------------------------------------------------
@@ -223,6 +230,40 @@ def test_a_pickle_pinned_by_blob_id_is_refused_before_any_download(paths: Paths,
     with pytest.raises(ModelIntegrityError, match="SHA-256"):
         run_job(pull_model(spec, paths, endpoint=hub.url))
     assert hub.log == []
+
+
+# --- a spec with nothing to pull says why, each kind its own way ----------------------------
+
+
+@pytest.mark.parametrize("kind", ["bundled", "no repository", "no revision", "no files"])
+def test_a_spec_with_nothing_to_pull_says_why_and_what_to_do(
+    kind: str, paths: Paths, hub: FakeHub, register_spec, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sha = hashlib.sha256(b"w").hexdigest()
+    spec, words = {
+        "bundled": (registry.get_spec(registry.BUNDLED_MODEL), ["bundled with Longlens", "nothing to pull"]),
+        "no repository": (ModelSpec("local-only", "clip", "", None, None, {}, 1, 1, 1),
+                          ["names no model hub repository", "longlens models import DIR --name local-only"]),
+        "no revision": (ModelSpec("no-rev", "blip", "", "acme/no-rev", None, {"model.safetensors": sha}, 1, 1, 1),
+                        ["no pinned revision of acme/no-rev", "never a branch"]),
+        "no files": (ModelSpec("no-files", "blip", "", "acme/no-files", REV, {}, 1, 1, 1),
+                     ["lists no files to pull from acme/no-files"]),
+    }[kind]
+    with pytest.raises(ModelError) as ei:
+        run_job(pull_model(spec, paths, endpoint=hub.url))
+    for w in words:
+        assert w in str(ei.value)
+    assert "is bundled" not in str(ei.value) or kind == "bundled"  # the old one-size message
+    assert hub.log == [] and not list(paths.models.iterdir())
+
+    # The same sentence through the CLI, for a registered spec of that kind.
+    if not spec.bundled:
+        register_spec(spec)
+    monkeypatch.setenv("LONGLENS_HOME", str(paths.models.parent))
+    capsys.readouterr()
+    assert cli_main(["models", "pull", spec.name]) != 0
+    assert words[0] in capsys.readouterr().err
 
 
 # --- an interrupted pull resumes, and reports size, rate and time left -----------------------

@@ -1,7 +1,10 @@
 """The CLIP-family backend: transformers' CLIPModel folders (OpenAI CLIP ViT-B/16 and ViT-L/14-336,
 77 text tokens; Long-CLIP B and L, 248 tokens, converted once from their official OpenAI-layout
-.pt files by engine/backends/clip/convert.py). Embedder only: no grounder, re-ranker or training
-adapter yet, and the app says so. Cheap to import; torch and transformers load inside the hooks.
+.pt files by engine/backends/clip/convert.py, at pull or by `models convert`). Embedder, text-tower
+overrides (engine/backends/clip/text_tower.py) and a training adapter (engine/backends/clip/
+training.py: CLIP's own text tower trained with C1-C10 on the frozen vision tower; LM text towers
+train on the same frozen image embeddings through engine/training/lm_tower_adapter.py). Cheap to
+import; torch and transformers load inside the hooks.
 
 What this backend refuses, and why:
 
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelError
-from engine.models.backend import ModelBackend
+from engine.models.backend import ModelBackend, deferred
 
 NAME = "clip"
 
@@ -41,18 +44,19 @@ def _detect(folder: Path) -> bool:
 def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Path | None = None,
                    model_id: str | None = None, identity: str | None = None, text_identity: str | None = None,
                    default_text_tokens: int | None = None, installed: bool = False) -> Any:
-    if text_tower_dir is not None:
-        raise ModelError(
-            f"{text_tower_dir} is not a text tower a CLIP model can use: CLIP models take language-model "
-            "text towers (a folder with lm_tower.json) only.")
     try:
         from engine.backends.clip.embedder import ClipEmbedder
     except ImportError as e:
         raise ModelError(f"the CLIP backend is not available in this build: {e}") from e
+    model_dir = Path(model_dir)
     if not installed:
-        return ClipEmbedder(Path(model_dir), device=device, model_id=model_id)
-    return ClipEmbedder(Path(model_dir), device=device, model_id=model_id, compute="fast", identity=identity,
-                        text_identity=text_identity, default_text_tokens=default_text_tokens)
+        return ClipEmbedder(model_dir, device=device, model_id=model_id, text_tower_dir=text_tower_dir)
+    if text_tower_dir is None and (model_dir / "text_tower" / "text_tower.json").is_file():
+        # An imported paragraph-trained text tower travels inside the model folder (as BLIP's).
+        text_tower_dir = model_dir / "text_tower"
+    return ClipEmbedder(model_dir, device=device, model_id=model_id, compute="fast", identity=identity,
+                        text_identity=text_identity, default_text_tokens=default_text_tokens,
+                        text_tower_dir=text_tower_dir)
 
 
 def _import_config_check(cfg: dict[str, Any]) -> None:
@@ -76,4 +80,9 @@ BACKEND = ModelBackend(
     importable=True,
     import_config_check=_import_config_check,
     import_weights_check=_import_weights_check,
+    make_training_adapter=deferred("engine.backends.clip.training", "make_adapter"),
+    embed_training_scenes=deferred("engine.backends.clip.training", "embed_training_scenes"),
+    # Long-CLIP's official weights: OpenAI-layout .pt state dicts, converted once at pull.
+    convert_checkpoint=deferred("engine.backends.clip.convert", "convert_openai_checkpoint"),
+    checkpoint_suffixes=frozenset({".pt"}),
 )

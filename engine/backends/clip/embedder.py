@@ -91,8 +91,11 @@ class ClipEmbedder:
         compute: str = "exact",
         identity: str | None = None,
         text_identity: str | None = None,
+        text_tower_dir: Path | None = None,
     ) -> None:
-        """`default_text_tokens` None: the model's whole context (77 for CLIP, 248 for Long-CLIP)."""
+        """`default_text_tokens` None: the model's whole context (77 for CLIP, 248 for Long-CLIP).
+        `text_tower_dir`: a CLIP text-tower override (engine/backends/clip/text_tower.py) read over
+        the folder's own text side."""
         from transformers import CLIPConfig
 
         if compute not in COMPUTE_MODES:
@@ -113,6 +116,7 @@ class ClipEmbedder:
 
         self.model_id = model_id or self.checkpoint_dir.resolve().name
         self.text_model_id = self.model_id
+        self.text_tower_name: str | None = None
         self.dim = int(config.projection_dim)
         self.image_size = int(config.vision_config.image_size)
         self.max_text_tokens = int(config.text_config.max_position_embeddings)
@@ -123,6 +127,9 @@ class ClipEmbedder:
         self._fast = self._make_fast_towers(compute)
         self.query_threads: int | None = 1 if compute == "fast" and self.device == "cpu" else None
         self._load_image_settings()
+        self.text_tower_dir: Path | None = None
+        if text_tower_dir is not None:
+            self._load_text_tower(Path(text_tower_dir))
         self.identity = identity or self.model_id
         self.text_identity = text_identity or self.text_model_id
 
@@ -187,6 +194,16 @@ class ClipEmbedder:
             raise ModelIntegrityError(f"config.json pools the text at token {eos}, but the tokenizer in {folder} "
                                       f"ends texts with {tok.eos_token_id}.")
         return tok
+
+    def _load_text_tower(self, folder: Path) -> None:
+        from engine.backends.clip.text_tower import load_text_tower
+
+        name = load_text_tower(self.model, folder, self.model_id)
+        self.text_tower_dir = folder
+        self.text_tower_name = name
+        self.text_model_id = f"{self.model_id}+{name}"
+        if self._fast is not None:
+            self._fast.refresh()  # reduced-precision copies hold the old text weights
 
     def _make_fast_towers(self, compute: str) -> FastClipTowers | None:
         if compute == "reference":
@@ -289,6 +306,21 @@ class ClipEmbedder:
         """All vision tokens (N, 1 + patches, hidden) before post_layernorm; [CLS] first."""
         return self.model.vision_model(pixel_values=pixels).last_hidden_state
 
+    def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Projected, not yet normalised (N, dim) features of preprocessed pixels on the model's
+        device, by this embedder's compute path; autograd as the caller has it (training takes
+        gradients through it, encode_pixels does not)."""
+        if self._fast is not None:
+            return self._fast.image_features(pixels)
+        return _pooler(self.model.get_image_features(pixel_values=pixels))
+
+    def text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Projected, not yet normalised (N, dim) features of `tokenize`'s ids on the model's device,
+        read at the pooled token; autograd as the caller has it."""
+        if self._fast is not None:
+            return self._fast.text_features(input_ids, attention_mask)
+        return _pooler(self.model.get_text_features(input_ids=input_ids, attention_mask=attention_mask))
+
     def encode_pixels(self, pixel_values: np.ndarray) -> np.ndarray:
         pixel_values = np.asarray(pixel_values, dtype=np.float32)
         s = self.image_size
@@ -302,10 +334,7 @@ class ClipEmbedder:
                 if on_gpu:
                     batch = batch.pin_memory().to(self.device, non_blocking=True)
                 batch = batch.to(device=self.device, dtype=self.torch_dtype)
-                if self._fast is not None:
-                    feats.append(self._normalised(self._fast.image_features(batch)))
-                else:
-                    feats.append(self._normalised(_pooler(self.model.get_image_features(pixel_values=batch))))
+                feats.append(self._normalised(self.image_features(batch)))
         return self._stack(feats)
 
     def encode_images(self, images: Sequence[Image.Image]) -> np.ndarray:
@@ -346,10 +375,7 @@ class ClipEmbedder:
                 idx = order[start : start + self.batch_size]
                 enc = self.tokenize([texts[i] for i in idx], limit)
                 ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-                if self._fast is not None:
-                    feats[idx] = self._normalised(self._fast.text_features(ids, mask))
-                else:
-                    feats[idx] = self._normalised(_pooler(self.model.get_text_features(input_ids=ids, attention_mask=mask)))
+                feats[idx] = self._normalised(self.text_features(ids, mask))
         return feats
 
     def token_count(self, text: str) -> int:
