@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from engine.catalog.db import (
     migrate,
     sqlite_errors,
 )
-from engine.catalog.schema import embeddings, images, libraries, meta
+from engine.catalog.schema import embeddings, image_keywords, image_metadata, images, libraries, meta
 from engine.errors import CatalogError
 from engine.types import (
     LIBRARY_ONLINE,
@@ -31,6 +32,7 @@ from engine.types import (
     ImageFields,
     ImageRecord,
     Library,
+    PhotoMetadata,
 )
 
 _IMAGE_FIELDS = (
@@ -62,9 +64,16 @@ class ImageFilter:
     after: str | None = None  # ISO date, inclusive, compared with the EXIF date
     before: str | None = None  # ISO date, exclusive of later days
     camera: str | None = None  # case-insensitive substring of make or model
+    # XMP (schema 5): rating at least this (no rating written counts as 0, rejected is -1)
+    min_rating: int | None = None
+    label: str | None = None  # the colour label, compared without regard to case
+    # Every one must match: a keyword path ("Places|Norway") matches itself and every path under it
+    # ("Places|Norway|Oslo"); a one-level keyword also matches the same flat keyword (dc:subject).
+    keywords: tuple[str, ...] = ()
 
     def is_empty(self) -> bool:
-        return not (self.folder or self.after or self.before or self.camera)
+        return not (self.folder or self.after or self.before or self.camera or self.min_rating is not None
+                    or self.label or self.keywords)
 
 
 def _row_to_record(row) -> ImageRecord:
@@ -474,6 +483,7 @@ class Catalog:
             conds.append(images.c.exif_date >= flt.after)
         if flt.before:
             conds.append(images.c.exif_date < flt.before)
+        conds += _metadata_conditions(flt)
         if flt.camera:
             pat = f"%{flt.camera.lower()}%"
             conds.append(
@@ -487,6 +497,89 @@ class Catalog:
             )
         with self.read() as conn:
             return {int(r[0]) for r in conn.execute(select(images.c.id).where(*conds))}
+
+    # -- XMP metadata (schema 5) ----------------------------------------------
+    def metadata_states(self, library_id: int) -> dict[str, tuple[int, str | None]]:
+        """{rel_path: (image id, stored metadata state or None when never read)} of a library's
+        live pictures: what a re-scan compares with the sidecars it finds."""
+        with self.read() as conn:
+            q = (
+                select(images.c.id, images.c.rel_path, image_metadata.c.state)
+                .select_from(images.outerjoin(image_metadata, image_metadata.c.image_id == images.c.id))
+                .where(images.c.library_id == library_id, images.c.status == STATUS_OK)
+            )
+            return {dbpaths.from_db(r.rel_path): (int(r.id), r.state) for r in conn.execute(q)}
+
+    def write_metadata(self, rows: Sequence[tuple[int, PhotoMetadata]]) -> int:
+        """Store pictures' metadata (replacing what they had) in one transaction; rows whose picture
+        is no longer in the catalog are skipped. Returns how many were written."""
+        if not rows:
+            return 0
+        now = time.time()
+        written = 0
+        with self.write() as conn:
+            ids = [int(i) for i, _ in rows]
+            live: set[int] = set()
+            for start in range(0, len(ids), 900):
+                chunk = ids[start : start + 900]
+                live |= {int(r[0]) for r in conn.execute(select(images.c.id).where(images.c.id.in_(chunk)))}
+            for image_id, m in rows:
+                if int(image_id) not in live:
+                    continue  # removed by another process since it was read
+                conn.execute(delete(image_keywords).where(image_keywords.c.image_id == image_id))
+                conn.execute(delete(image_metadata).where(image_metadata.c.image_id == image_id))
+                conn.execute(insert(image_metadata).values(
+                    image_id=image_id, state=m.state, title=m.title, description=m.description,
+                    rating=m.rating, label=m.label, label_key=m.label.casefold() if m.label else None,
+                    taken_at=m.taken_at, gps_lat=m.gps_lat, gps_lon=m.gps_lon,
+                    sources=json.dumps(list(m.sources)), problems=json.dumps(list(m.problems)), read_at=now,
+                ))
+                words = {("subject", k) for k in m.subjects} | {("path", k) for k in m.hierarchy}
+                if words:
+                    conn.execute(insert(image_keywords), [
+                        {"image_id": image_id, "kind": kind, "keyword": k, "keyword_key": k.casefold()}
+                        for kind, k in sorted(words)
+                    ])
+                written += 1
+        return written
+
+    def photo_metadata(self, ids: Iterable[int]) -> dict[int, PhotoMetadata]:
+        """The stored metadata of these pictures (those read so far)."""
+        ids = [int(i) for i in ids]
+        out: dict[int, PhotoMetadata] = {}
+        with self.read() as conn:
+            for start in range(0, len(ids), 900):
+                chunk = ids[start : start + 900]
+                words: dict[int, dict[str, list[str]]] = {}
+                q = (select(image_keywords.c.image_id, image_keywords.c.kind, image_keywords.c.keyword)
+                     .where(image_keywords.c.image_id.in_(chunk)).order_by(image_keywords.c.keyword))
+                for image_id, kind, keyword in conn.execute(q):
+                    words.setdefault(int(image_id), {}).setdefault(kind, []).append(keyword)
+                for r in conn.execute(select(image_metadata).where(image_metadata.c.image_id.in_(chunk))):
+                    w = words.get(int(r.image_id), {})
+                    out[int(r.image_id)] = PhotoMetadata(
+                        title=r.title, description=r.description, subjects=tuple(w.get("subject", ())),
+                        hierarchy=tuple(w.get("path", ())), rating=r.rating, label=r.label, taken_at=r.taken_at,
+                        gps_lat=r.gps_lat, gps_lon=r.gps_lon, sources=tuple(json.loads(r.sources)),
+                        problems=tuple(json.loads(r.problems)), state=r.state,
+                    )
+        return out
+
+    def image_at(self, path: Path | str) -> ImageRecord | None:
+        """The live catalog row of the picture at this absolute path, if it is in a library."""
+        p = Path(path).expanduser().absolute()
+        for lib in self.libraries():
+            try:
+                rel = p.relative_to(Path(lib.root)).as_posix()
+            except ValueError:
+                continue
+            with self.read() as conn:
+                row = conn.execute(select(images).where(
+                    images.c.library_id == lib.id, images.c.rel_path == dbpaths.to_db(rel),
+                    images.c.status == STATUS_OK)).first()
+            if row is not None:
+                return _row_to_record(row)
+        return None
 
     def model_ids(self) -> set[str]:
         """The keys vectors are stored under (model identities, engine.models.registry)."""
@@ -521,6 +614,30 @@ class Catalog:
                 .subquery()
             )
             return int(conn.execute(q).scalar() or 0)
+
+
+def _metadata_conditions(flt: ImageFilter) -> list:
+    """The XMP filters as conditions on images.id (schema-5 tables)."""
+    conds = []
+    if flt.min_rating is not None:
+        n = int(flt.min_rating)
+        if n <= 0:
+            # No rating written counts as 0 (Lightroom's "unrated"): only ratings below n drop out.
+            low = select(image_metadata.c.image_id).where(image_metadata.c.rating < n)
+            conds.append(images.c.id.not_in(low))
+        else:
+            conds.append(images.c.id.in_(select(image_metadata.c.image_id).where(image_metadata.c.rating >= n)))
+    if flt.label:
+        conds.append(images.c.id.in_(
+            select(image_metadata.c.image_id).where(image_metadata.c.label_key == flt.label.casefold())))
+    for keyword in flt.keywords:
+        key = keyword.casefold()
+        below = key + "|"
+        conds.append(images.c.id.in_(select(image_keywords.c.image_id).where(or_(
+            image_keywords.c.keyword_key == key,
+            func.substr(image_keywords.c.keyword_key, 1, len(below)) == below,
+        ))))
+    return conds
 
 
 def _folder_relative_to(folder: str, root: str) -> str | None:
