@@ -7,6 +7,7 @@ and the view says so.
 
 from __future__ import annotations
 
+import html
 import os
 from typing import Any
 
@@ -34,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app import theme
 from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
 from desktop_app.facade import Backend, LonglensError, display_text
@@ -98,6 +100,7 @@ class InspectorView(QWidget):
         self._seq = 0
         self.image_job: Job | None = None
         self.ground_job: Job | None = None
+        self.metadata_job: Job | None = None
 
         # -- canvas + zoom bar ----------------------------------------------------------------
         self.canvas = ImageCanvas()
@@ -181,6 +184,27 @@ class InspectorView(QWidget):
         pb.addWidget(self.legend)
         pb.addWidget(self.export_button)
 
+        # What the photo's XMP says (embedded, or a Lightroom / darktable / digiKam sidecar).
+        self.metadata_box = QGroupBox("From the photo's metadata")
+        self.metadata_box.setObjectName("inspector-metadata")
+        self.metadata_label = QLabel("")
+        self.metadata_label.setWordWrap(True)
+        self.metadata_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.keywords_label = QLabel("")
+        self.keywords_label.setObjectName("inspector-keywords")
+        self.keywords_label.setTextFormat(Qt.TextFormat.PlainText)  # a keyword is never markup
+        self.keywords_label.setWordWrap(True)
+        self.keywords_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.metadata_problems = QLabel("")
+        self.metadata_problems.setObjectName("inspector-metadata-problems")
+        self.metadata_problems.setTextFormat(Qt.TextFormat.PlainText)
+        self.metadata_problems.setWordWrap(True)
+        mb = QVBoxLayout(self.metadata_box)
+        mb.addWidget(self.metadata_label)
+        mb.addWidget(self.keywords_label)
+        mb.addWidget(self.metadata_problems)
+        self.metadata_box.setVisible(False)
+
         query_box = QGroupBox("Query")
         qb = QVBoxLayout(query_box)
         qb.addWidget(self.query_label)
@@ -196,6 +220,7 @@ class InspectorView(QWidget):
         line = QFrame()
         line.setFrameShape(QFrame.Shape.HLine)
         sl.addWidget(line)
+        sl.addWidget(self.metadata_box)
         sl.addWidget(query_box)
         sl.addWidget(self.phrase_box, 1)
 
@@ -214,14 +239,16 @@ class InspectorView(QWidget):
     def show_hit(self, hit: Any, query: dict[str, str | None]) -> None:
         self.hit = hit
         self._show(hit.path, query, score=hit.score, rank=hit.rank,
-                   date=getattr(hit, "exif_date", None), camera=getattr(hit, "camera", None))
+                   date=getattr(hit, "exif_date", None), camera=getattr(hit, "camera", None),
+                   image_id=getattr(hit, "image_id", None))
 
     def show_path(self, path: str, query: dict[str, str | None]) -> None:
         self.hit = None
         self._show(path, query)
 
     def _show(self, path: str, query: dict[str, str | None], *, score: float | None = None,
-              rank: int | None = None, date: str | None = None, camera: str | None = None) -> None:
+              rank: int | None = None, date: str | None = None, camera: str | None = None,
+              image_id: int | None = None) -> None:
         self._seq += 1
         seq = self._seq
         self.path = path
@@ -252,6 +279,9 @@ class InspectorView(QWidget):
         self.image_job = self.hub.call(self.backend.display_image, path, 4096,
                                        on_result=lambda img, s=seq: self._image_loaded(img, s),
                                        on_error=lambda m, s=seq: self._image_failed(m, s))
+        self.show_metadata(None)
+        self.metadata_job = self.hub.call(self.backend.photo_metadata, path, image_id,
+                                          on_result=lambda m, s=seq: self._metadata_loaded(m, s))
         if text:
             self.notice.setText("Grounding the query in this picture…")
             self.ground_job = self.hub.call(self.backend.ground, path, text,
@@ -260,6 +290,43 @@ class InspectorView(QWidget):
         else:
             self.ground_job = None
             self.notice.setText("Phrase overlays need a text query.")
+
+    def _metadata_loaded(self, meta: dict[str, Any] | None, seq: int) -> None:
+        if seq == self._seq:
+            self.show_metadata(meta)
+
+    def show_metadata(self, meta: dict[str, Any] | None) -> None:
+        """The picture's XMP fields (Backend.photo_metadata), or nothing when it has none."""
+        if not meta or not any(meta.get(k) not in (None, [], "") for k in
+                               ("title", "description", "rating", "label", "keywords", "problems")):
+            self.metadata_box.setVisible(False)
+            return
+        lines = []
+        if meta.get("title"):
+            lines.append(f"<b>{html.escape(meta['title'])}</b>")
+        if meta.get("description"):
+            lines.append(html.escape(meta["description"]))
+        marks = []
+        rating = meta.get("rating")
+        if rating is not None:
+            marks.append("Rejected" if rating < 0 else ("Unrated" if rating == 0 else "★" * rating + "☆" * (5 - rating)))
+        if meta.get("label"):
+            marks.append(f"{html.escape(meta['label'])} label")
+        if meta.get("taken_at"):
+            marks.append(f"dated {html.escape(meta['taken_at'].replace('T', ' '))}")
+        if marks:
+            lines.append(" · ".join(marks))
+        self.metadata_label.setText("<br>".join(lines))
+        self.metadata_label.setVisible(bool(lines))
+        words = meta.get("keywords") or []
+        self.keywords_label.setText(("Keywords: " + ", ".join(words)) if words else "")
+        self.keywords_label.setVisible(bool(words))
+        problems = meta.get("problems") or []
+        self.metadata_problems.setText("\n".join(problems))
+        self.metadata_problems.setStyleSheet(f"color: {theme.warning_colour()};")
+        self.metadata_problems.setVisible(bool(problems))
+        self.metadata_box.setToolTip("Read from: " + ", ".join(meta.get("sources") or ["—"]))
+        self.metadata_box.setVisible(True)
 
     def _image_loaded(self, image: QImage, seq: int) -> None:
         if seq != self._seq:

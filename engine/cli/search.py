@@ -14,7 +14,18 @@ from engine.cli import common
 def _filter(args: argparse.Namespace):
     from engine.search.filters import build_filters
 
-    return build_filters(args.folder, args.after, args.before, args.camera)
+    return build_filters(args.folder, args.after, args.before, args.camera, rating=args.rating, label=args.label,
+                         keyword=args.keyword)
+
+
+def _with_metadata(svc, results: list[dict]) -> list[dict]:
+    """The JSON results with what XMP says about each picture (rating, label, keywords, title)."""
+    found = svc.catalog.photo_metadata([r["image_id"] for r in results])
+    for r in results:
+        m = found.get(r["image_id"])
+        r.update(rating=m.rating if m else None, label=m.label if m else None,
+                 title=m.title if m else None, keywords=list(m.hierarchy) + list(m.subjects) if m else [])
+    return results
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -43,7 +54,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 "truncated": result.truncated,
                 "reranked": result.reranked,
                 "timings_ms": result.timings_ms,
-                "results": [h.to_json() for h in result.hits],
+                "results": _with_metadata(svc, [h.to_json() for h in result.hits]),
             })
             return 0
         if result.tokens_total is not None:
@@ -60,7 +71,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 SEARCH_FLAGS = {"model": "--model", "top_k": "--top", "max_tokens": "--max-tokens", "rerank_k": "--rerank-k",
                 "text_tower": "--text-tower", "after": "--after", "before": "--before", "camera": "--camera",
-                "folder": "--folder"}
+                "folder": "--folder", "rating": "--rating", "label": "--label", "keyword": "--keyword"}
 
 
 def register(sub: Any) -> None:
@@ -73,6 +84,12 @@ def register(sub: Any) -> None:
     ss.add_argument("--after", help="only images taken on or after this date (YYYY-MM-DD)")
     ss.add_argument("--before", help="only images taken before this date (YYYY-MM-DD)")
     ss.add_argument("--camera", help="only images whose camera make/model contains this text")
+    ss.add_argument("--rating", type=options.MIN_RATING,
+                    help="only images rated at least this many stars in their XMP (0-5; 0 leaves out rejected ones)")
+    ss.add_argument("--label", help="only images with this XMP colour label (e.g. Red)")
+    ss.add_argument("--keyword", action="append",
+                    help="only images with this XMP keyword; a path like 'Places|Norway' also matches the "
+                         "keywords under it. Repeat it: every keyword must match")
     ss.add_argument("--model")
     ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder (default: the settings')")
     ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from engine.catalog import Catalog, ImageFilter, ImageWrite, db
+from engine.catalog import Catalog, ImageWrite, db
 from engine.config import get_paths
 from engine.models.download import import_model
 from engine.search.filters import FilterError, build_filters
@@ -174,7 +174,7 @@ def _dump(path: Path) -> tuple[int, list[str]]:
 
 def test_sidecar_added_edited_and_removed_are_read_without_re_embedding(services, tmp_path, monkeypatch):
     photos = tmp_path / "photos"
-    files = _photos(photos)
+    _photos(photos)
     emb = services.embedder(MODEL)
     counter = EmbeddingCounter(emb, monkeypatch)
     s = _index(services, emb, photos)
