@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QRadioButton,
+    QScrollArea,
     QSlider,
     QSplitter,
     QStyle,
@@ -185,10 +186,12 @@ class InspectorView(QWidget):
         pb.addWidget(self.export_button)
 
         # What the photo's XMP says (embedded, or a Lightroom / darktable / digiKam sidecar).
-        self.metadata_box = QGroupBox("From the photo's metadata")
+        self.metadata_box = QFrame()
         self.metadata_box.setObjectName("inspector-metadata")
+        self.metadata_box.setFrameShape(QFrame.Shape.StyledPanel)
         self.metadata_label = QLabel("")
         self.metadata_label.setWordWrap(True)
+        self.metadata_label.setTextFormat(Qt.TextFormat.RichText)  # the title in bold, escaped
         self.metadata_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.keywords_label = QLabel("")
         self.keywords_label.setObjectName("inspector-keywords")
@@ -199,10 +202,31 @@ class InspectorView(QWidget):
         self.metadata_problems.setObjectName("inspector-metadata-problems")
         self.metadata_problems.setTextFormat(Qt.TextFormat.PlainText)
         self.metadata_problems.setWordWrap(True)
+        fields = QWidget()
+        fl = QVBoxLayout(fields)
+        fl.setContentsMargins(0, 0, 4, 0)
+        self.metadata_details = QLabel("")
+        self.metadata_details.setWordWrap(True)
+        self.metadata_details.setTextFormat(Qt.TextFormat.PlainText)
+        self.metadata_details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # Most telling first: when the window is small only the first line shows (the rest scrolls).
+        fl.addWidget(self.metadata_label)
+        fl.addWidget(self.keywords_label)
+        fl.addWidget(self.metadata_details)
+        fl.addWidget(self.metadata_problems)
+        fl.addStretch(1)
+        # A long description scrolls inside the box: the phrase list keeps its room at 1024x640.
+        self.metadata_scroll = QScrollArea()
+        self.metadata_scroll.setWidget(fields)
+        self.metadata_scroll.setWidgetResizable(True)
+        self.metadata_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.metadata_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        line_h = self.metadata_label.fontMetrics().lineSpacing()
+        self.metadata_scroll.setMinimumHeight(line_h + 4)
+        self.metadata_scroll.setMaximumHeight(line_h * 7 + 4)
         mb = QVBoxLayout(self.metadata_box)
-        mb.addWidget(self.metadata_label)
-        mb.addWidget(self.keywords_label)
-        mb.addWidget(self.metadata_problems)
+        mb.setContentsMargins(6, 4, 2, 4)
+        mb.addWidget(self.metadata_scroll)
         self.metadata_box.setVisible(False)
 
         query_box = QGroupBox("Query")
@@ -298,26 +322,22 @@ class InspectorView(QWidget):
     def show_metadata(self, meta: dict[str, Any] | None) -> None:
         """The picture's XMP fields (Backend.photo_metadata), or nothing when it has none."""
         if not meta or not any(meta.get(k) not in (None, [], "") for k in
-                               ("title", "description", "rating", "label", "keywords", "problems")):
+                               ("title", "description", "rating", "label", "taken_at", "keywords", "problems")):
             self.metadata_box.setVisible(False)
             return
-        lines = []
-        if meta.get("title"):
-            lines.append(f"<b>{html.escape(meta['title'])}</b>")
-        if meta.get("description"):
-            lines.append(html.escape(meta["description"]))
-        marks = []
+        head = [f"<b>{html.escape(meta['title'])}</b>"] if meta.get("title") else []
         rating = meta.get("rating")
         if rating is not None:
-            marks.append("Rejected" if rating < 0 else ("Unrated" if rating == 0 else "★" * rating + "☆" * (5 - rating)))
+            head.append("Rejected" if rating < 0 else ("Unrated" if rating == 0 else "★" * rating + "☆" * (5 - rating)))
         if meta.get("label"):
-            marks.append(f"{html.escape(meta['label'])} label")
+            head.append(f"{html.escape(meta['label'])} label")
+        self.metadata_label.setText(" · ".join(head))
+        self.metadata_label.setVisible(bool(head))
+        details = [meta["description"]] if meta.get("description") else []
         if meta.get("taken_at"):
-            marks.append(f"dated {html.escape(meta['taken_at'].replace('T', ' '))}")
-        if marks:
-            lines.append(" · ".join(marks))
-        self.metadata_label.setText("<br>".join(lines))
-        self.metadata_label.setVisible(bool(lines))
+            details.append(f"dated {meta['taken_at'].replace('T', ' ')}")
+        self.metadata_details.setText("\n".join(details))
+        self.metadata_details.setVisible(bool(details))
         words = meta.get("keywords") or []
         self.keywords_label.setText(("Keywords: " + ", ".join(words)) if words else "")
         self.keywords_label.setVisible(bool(words))
@@ -325,7 +345,8 @@ class InspectorView(QWidget):
         self.metadata_problems.setText("\n".join(problems))
         self.metadata_problems.setStyleSheet(f"color: {theme.warning_colour()};")
         self.metadata_problems.setVisible(bool(problems))
-        self.metadata_box.setToolTip("Read from: " + ", ".join(meta.get("sources") or ["—"]))
+        self.metadata_box.setToolTip("From the photo's metadata (XMP), read from: "
+                                     + ", ".join(meta.get("sources") or ["—"]))
         self.metadata_box.setVisible(True)
 
     def _image_loaded(self, image: QImage, seq: int) -> None:

@@ -62,11 +62,11 @@ def test_the_inspector_shows_the_pictures_keywords_rating_and_title(qtbot, index
     assert indexed.tabs.currentWidget() is insp
     assert insp.metadata_box.isVisible()
     assert insp.keywords_label.text() == "Keywords: Places › Norway › Oslo, Transport › ferry"
-    text = insp.metadata_label.text()
-    assert "<b>Morning ferry, Oslofjord</b>" in text and "★★★★☆" in text and "Green label" in text
-    assert "dated 2023-06-14 10:22:31" in text
+    assert insp.metadata_label.text() == "<b>Morning ferry, Oslofjord</b> · ★★★★☆ · Green label"
+    assert insp.metadata_details.text() == ("A white ferry crosses the fjord in front of the Opera house under a pale "
+                                            "morning sky.\ndated 2023-06-14 10:22:31")
     assert not insp.metadata_problems.isVisible()
-    assert insp.metadata_box.toolTip() == "Read from: DSC_4127.xmp"
+    assert insp.metadata_box.toolTip() == "From the photo's metadata (XMP), read from: DSC_4127.xmp"
     # A picture without any XMP: the section is hidden, not left showing the previous picture's.
     view.keyword_edit.clear()
     hits = {h.path.rsplit("/", 1)[-1]: h for h in (_search(qtbot, view) and view.last_result.hits)}
