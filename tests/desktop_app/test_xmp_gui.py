@@ -73,6 +73,10 @@ def test_the_inspector_shows_the_pictures_keywords_rating_and_title(qtbot, index
     insp.show_hit(hits["plain.jpg"], {"text": QUERY, "image": None})
     settle(qtbot, insp.metadata_job)
     assert not insp.metadata_box.isVisible()
+    # By path (the inspector opened from elsewhere than a search result): the same catalog row.
+    by_path = indexed.backend.photo_metadata(hits["IMG_2044.jpg"].path)
+    assert by_path["keywords"] == ["Places › Norway › Bergen", "harbour"] and by_path["label"] == "Yellow"
+    assert indexed.backend.photo_metadata("/nowhere/IMG_2044.jpg") is None
     for job in (insp.image_job, insp.ground_job):
         if job is not None:
             settle(qtbot, job)

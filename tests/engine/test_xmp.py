@@ -8,7 +8,6 @@ import io
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 from PIL import Image, PngImagePlugin
 
@@ -269,14 +268,56 @@ def test_the_packet_embedded_in_each_format_is_read(tmp_path, fmt, suffix):
     assert m.title == "Embedded title" and m.rating == 2 and m.sources == ("embedded",) and not m.problems
 
 
-def test_the_packet_embedded_in_a_dng_is_read(tmp_path):
-    tifffile = pytest.importorskip("tifffile")
+def write_dng(path: Path, xmp: bytes, big_endian: bool = False) -> None:
+    """A minimal DNG written tag by tag: IFD0 holds a 16x16 16-bit CFA (Bayer RGGB) raw image, the
+    DNGVersion 1.4 tag and the XMP packet in tag 700, as Lightroom writes XMP into DNGs."""
+    import struct
+
+    e = ">" if big_endian else "<"
+    w = h = 16
+    pixels = bytes(w * h * 2)
+    tags = [  # (tag, type, count, value or bytes): 3 SHORT, 4 LONG, 1 BYTE, 7 UNDEFINED
+        (254, 4, 1, 0), (256, 4, 1, w), (257, 4, 1, h), (258, 3, 1, 16), (259, 3, 1, 1), (262, 3, 1, 32803),
+        (273, 4, 1, None), (277, 3, 1, 1), (278, 4, 1, h), (279, 4, 1, len(pixels)), (700, 7, len(xmp), xmp),
+        (33421, 3, 2, struct.pack(e + "HH", 2, 2)), (33422, 1, 4, bytes([0, 1, 1, 2])),
+        (50706, 1, 4, bytes([1, 4, 0, 0])),
+    ]
+    ifd_size = 2 + 12 * len(tags) + 4
+    data_at = 8 + ifd_size
+    blobs, entries = b"", []
+    for tag, kind, count, value in tags:
+        if isinstance(value, bytes) and len(value) > 4:
+            entries.append(struct.pack(e + "HHII", tag, kind, count, data_at + len(blobs)))
+            blobs += value + (b"\0" if len(value) % 2 else b"")
+        elif isinstance(value, bytes):
+            entries.append(struct.pack(e + "HHI", tag, kind, count) + value.ljust(4, b"\0"))
+        else:
+            entries.append((tag, kind, count, value))
+    strip_at = data_at + len(blobs)
+    ifd = struct.pack(e + "H", len(tags))
+    for entry in entries:
+        if isinstance(entry, tuple):
+            tag, kind, count, value = entry
+            value = strip_at if value is None else value
+            fmt = "HH" if kind == 3 else "I"
+            packed = struct.pack(e + fmt, value, 0) if kind == 3 else struct.pack(e + fmt, value)
+            entry = struct.pack(e + "HHI", tag, kind, count) + packed
+        ifd += entry
+    ifd += struct.pack(e + "I", 0)
+    header = (b"MM\x00*" if big_endian else b"II*\x00") + struct.pack(e + "I", 8)
+    path.write_bytes(header + ifd + blobs + pixels)
+
+
+@pytest.mark.parametrize("big_endian", [False, True])
+def test_the_packet_embedded_in_a_dng_is_read(tmp_path, big_endian):
     path = tmp_path / "IMG_0001.dng"
-    cfa = np.zeros((16, 16), np.uint16)
-    # DNGVersion 1.4, a CFA (Bayer) raw image in IFD0, and the XMP in tag 700 as Lightroom writes it into DNGs.
-    tifffile.imwrite(path, cfa, photometric=32803, extratags=[
-        (50706, 1, 4, (1, 4, 0, 0)), (33421, 3, 2, (2, 2)), (33422, 1, 4, (0, 1, 1, 2)),
-        (700, 7, len(EMBEDDED_PACKET), EMBEDDED_PACKET)])
+    write_dng(path, EMBEDDED_PACKET, big_endian)
+    from PIL import TiffImagePlugin
+
+    with open(path, "rb") as f:  # a well-formed TIFF directory: Pillow's own IFD reader reads the tags back
+        ifd = TiffImagePlugin.ImageFileDirectory_v2(f.read(8))
+        ifd.load(f)
+    assert ifd[50706] == b"\x01\x04\x00\x00" and ifd[262] == 32803 and ifd[700] == (EMBEDDED_PACKET,)
     assert read_embedded_xmp(path) == EMBEDDED_PACKET
     assert read_photo_metadata(path).hierarchy == ("Places|Norway|Lofoten",)
 
@@ -306,3 +347,36 @@ def test_an_iso_media_uuid_box_packet_is_read(tmp_path):
     moov = (8 + len(uuid_box)).to_bytes(4, "big") + b"moov" + uuid_box
     blob = ftyp + moov + b"\x00\x00\x00\x10mdat" + b"\x00" * 8
     assert find_xmp(io.BytesIO(blob), len(blob)) == EMBEDDED_PACKET
+
+
+def test_the_scan_attaches_each_pictures_sidecars(tmp_path):
+    from engine.indexing.decode import SUPPORTED_EXTENSIONS
+    from engine.indexing.scanner import FileEntry, scan_folder
+
+    (tmp_path / "trip").mkdir()
+    for name in ("trip/DSC_1.jpg", "trip/DSC_1.JPG.xmp", "trip/DSC_1.xmp", "trip/.DSC_2.jpg.xmp", "trip/DSC_2.jpg",
+                 "IMG_3.png", "notes.xmp"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "IMG_3.png.xmp").symlink_to(tmp_path / "notes.xmp")
+    found = {e.rel_path: e for e in scan_folder(tmp_path, SUPPORTED_EXTENSIONS) if isinstance(e, FileEntry)}
+    assert set(found) == {"trip/DSC_1.jpg", "trip/DSC_2.jpg", "IMG_3.png"}  # sidecars are not pictures
+    assert [(s.name, s.kind) for s in found["trip/DSC_1.jpg"].sidecars] == [("DSC_1.JPG.xmp", WHOLE_NAME),
+                                                                            ("DSC_1.xmp", STEM)]
+    assert found["trip/DSC_2.jpg"].sidecars == ()  # hidden files are skipped, sidecars too
+    (link,) = found["IMG_3.png"].sidecars
+    assert link.name == "IMG_3.png.xmp" and link.followed_link and link.path == tmp_path / "IMG_3.png.xmp"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="FIFOs are POSIX")
+def test_a_sidecar_that_became_a_fifo_is_refused_without_blocking(tmp_path):
+    import os
+
+    image = _jpeg(tmp_path / "IMG_9.jpg", EMBEDDED_PACKET)
+    shutil.copy(DATA / "darktable.xmp", tmp_path / "IMG_9.jpg.xmp")
+    sidecars = _sidecars_of(image)  # as scanned: a regular file
+    (tmp_path / "IMG_9.jpg.xmp").unlink()
+    os.mkfifo(tmp_path / "IMG_9.jpg.xmp")  # swapped after the scan: a plain open() would wait forever
+    m = read_photo_metadata(image, sidecars)
+    assert m.problems == ("IMG_9.jpg.xmp: not read, it is a FIFO (named pipe)",)
+    assert m.title == "Embedded title" and m.sources == ("embedded",)
