@@ -26,7 +26,7 @@ from engine.fileutil import sha256_file
 from engine.index.store import IndexStore
 from engine.index.vector_index import VectorIndex
 from engine.indexing.decode import RAW_EXTENSIONS, SUPPORTED_EXTENSIONS, decode_image, open_error
-from engine.indexing.scanner import FileEntry, Skipped, scan_folder, split_raw_pairs
+from engine.indexing.scanner import FileEntry, Skipped, scan_folder, split_raw_pairs, with_pair_sidecars
 from engine.jobs import CancelToken, Progress, RateMeter
 from engine.metadata import read_photo_metadata, sidecar_state
 from engine.models.base import Embedder
@@ -150,6 +150,7 @@ def scan_entries(root: Path, summary: Any, cancel: CancelToken, report_every: in
             if len(entries) % report_every == 0:
                 yield Progress("scan", len(entries), None, f"found {len(entries)} images")
     entries, left_out = split_raw_pairs(entries, raw_jpeg_pairs, RAW_EXTENSIONS)
+    entries = with_pair_sidecars(entries, left_out)
     summary.pair_files_left_out = len(left_out)
     summary.scanned = len(entries)
     if not cancel.cancelled:
@@ -593,7 +594,8 @@ class Indexer:
 
 def read_entry_metadata(entry: FileEntry) -> PhotoMetadata:
     """The XMP of a scanned picture: its sidecars and embedded packet (engine.metadata)."""
-    return read_photo_metadata(entry.abs_path, entry.sidecars, follow_symlinks=entry.followed_link)
+    return read_photo_metadata(entry.abs_path, entry.sidecars, follow_symlinks=entry.followed_link,
+                               pair_of=entry.pair_of)
 
 
 def _note_metadata(summary: IndexSummary, entry: FileEntry, photo: PhotoMetadata) -> None:

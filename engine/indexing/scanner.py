@@ -46,6 +46,9 @@ class FileEntry:
     mtime_ns: int
     followed_link: bool = False  # the path was a symbolic link at scan time (and was followed)
     sidecars: tuple[SidecarFile, ...] = ()  # the XMP sidecars named after it (whole-name ones first)
+    # RAW+JPEG pairs indexed once: the names of the pair's files left out, which this one stands for
+    # (their sidecars are among `sidecars`; see with_pair_sidecars).
+    pair_of: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,3 +171,27 @@ def split_raw_pairs(
         stem, ext = os.path.splitext(e.rel_path)
         (left_out if ext.lower() in drop and stem.casefold() in paired else kept).append(e)
     return kept, left_out
+
+
+def with_pair_sidecars(kept: list[FileEntry], left_out: list[FileEntry]) -> list[FileEntry]:
+    """`kept` with, on the picture that stands for a RAW+JPEG pair, the XMP sidecars of the pair's
+    file left out (split_raw_pairs): the pair is one shot, and its keywords and rating usually live
+    in the RAW's sidecar (Lightroom's IMG_0001.xmp marked for CR2, darktable's IMG_0001.CR2.xmp)
+    while the JPEG is what is indexed. engine.metadata.read_photo_metadata orders them."""
+    partners: dict[str, list[FileEntry]] = {}
+    for e in left_out:
+        partners.setdefault(os.path.splitext(e.rel_path)[0].casefold(), []).append(e)
+    if not partners:
+        return kept
+    out: list[FileEntry] = []
+    for e in kept:
+        others = partners.get(os.path.splitext(e.rel_path)[0].casefold())
+        if not others:
+            out.append(e)
+            continue
+        have = {s.path for s in e.sidecars}
+        extra = tuple(dataclasses.replace(s, pair_of=o.abs_path.name)
+                      for o in others for s in o.sidecars if s.path not in have)
+        out.append(dataclasses.replace(e, sidecars=e.sidecars + extra,
+                                       pair_of=tuple(o.abs_path.name for o in others)))
+    return out

@@ -13,9 +13,15 @@ Sidecar names (both conventions are found; the scan lists the .xmp files of each
 The ".xmp" is matched in any case, and so is the name (IMG_0001.XMP belongs to img_0001.cr2), as
 on the case-insensitive disks most photo libraries live on.
 
+A RAW+JPEG pair indexed once (engine.indexing.scanner.split_raw_pairs) is one shot: the picture
+indexed also gets the sidecars of the file left out, and a stem sidecar marked for that file
+(SidecarForExtension="CR2" on IMG_0001.xmp) belongs to it, since that is where Lightroom keeps the
+keywords of the pair while the JPEG is what Longlens indexes by default.
+
 Precedence, field group by field group (title, description, keywords, rating, label, date, GPS):
 
-1. the whole-name sidecar (IMG_0001.CR2.xmp) when there is one;
+1. the whole-name sidecar (IMG_0001.CR2.xmp) when there is one (the picture's own first, then the
+   one of the pair's file left out);
 2. else the stem sidecar (IMG_0001.xmp) that belongs to the picture;
 3. the packet embedded in the picture fills the groups the sidecar does not set.
 
@@ -67,6 +73,8 @@ class SidecarFile:
     mtime_ns: int
     kind: str = ""  # WHOLE_NAME or STEM, relative to the picture it was matched to
     followed_link: bool = False  # the name was a symbolic link at scan time
+    # Set when the sidecar is another file's of a RAW+JPEG pair indexed once (that file's name)
+    pair_of: str = ""
 
 
 def is_sidecar_name(name: str) -> bool:
@@ -96,20 +104,23 @@ def sidecar_state(sidecars: Iterable[SidecarFile]) -> str:
 
 
 def read_photo_metadata(image_path: Path, sidecars: Sequence[SidecarFile] = (), *,
-                        follow_symlinks: bool = True) -> PhotoMetadata:
+                        follow_symlinks: bool = True, pair_of: Sequence[str] = ()) -> PhotoMetadata:
     """The picture's XMP: its sidecars and its embedded packet, combined as the module says.
-    Never raises for a bad sidecar or packet: each is a problem in the result's `problems`."""
+    `pair_of`: the files of a RAW+JPEG pair this picture stands for (indexed once): a stem sidecar
+    marked for one of them belongs to this picture too, and their whole-name sidecars come after
+    the picture's own. Never raises for a bad sidecar or packet: each is a problem in `problems`."""
     image_path = Path(image_path)
     problems: list[str] = []
     sources: list[str] = []
-    extension = image_path.suffix.lstrip(".").casefold()
+    extensions = {Path(name).suffix.lstrip(".").casefold() for name in (image_path.name, *pair_of)}
     chosen: XmpPacket | None = None
-    for s in sorted(sidecars, key=lambda s: s.kind != WHOLE_NAME):
+    for s in sorted(sidecars, key=lambda s: (s.kind != WHOLE_NAME, bool(s.pair_of))):
         packet = _read_sidecar(s, problems)
         if packet is None:
             continue
-        if s.kind == STEM and packet.sidecar_for and packet.sidecar_for.strip().lstrip(".").casefold() != extension:
-            continue  # Lightroom's sidecar of the other file of the pair (IMG_0001.CR2 beside this JPEG)
+        marked = packet.sidecar_for.strip().lstrip(".").casefold() if packet.sidecar_for else None
+        if s.kind == STEM and marked and marked not in extensions:
+            continue  # Lightroom's sidecar of another file of that stem (IMG_0001.CR2 beside this JPEG)
         chosen = packet
         break
     embedded = _read_embedded(image_path, follow_symlinks, problems)

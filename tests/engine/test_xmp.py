@@ -380,3 +380,42 @@ def test_a_sidecar_that_became_a_fifo_is_refused_without_blocking(tmp_path):
     m = read_photo_metadata(image, sidecars)
     assert m.problems == ("IMG_9.jpg.xmp: not read, it is a FIFO (named pipe)",)
     assert m.title == "Embedded title" and m.sources == ("embedded",)
+
+
+def test_the_jpeg_standing_for_a_raw_jpeg_pair_gets_the_raws_sidecars(tmp_path):
+    """A pair indexed once (the JPEG, by default) is one shot: Lightroom's IMG.xmp marked for the RAW
+    and darktable's IMG.RAW.xmp describe it, after the JPEG's own whole-name sidecar."""
+    from engine.indexing.decode import RAW_EXTENSIONS, SUPPORTED_EXTENSIONS
+    from engine.indexing.scanner import FileEntry, scan_folder, split_raw_pairs, with_pair_sidecars
+
+    (tmp_path / "DSC_4127.NEF").write_bytes(b"left out: never read")
+    jpeg = _jpeg(tmp_path / "DSC_4127.JPG", EMBEDDED_PACKET)
+    shutil.copy(DATA / "lightroom-classic.xmp", tmp_path / "DSC_4127.xmp")  # SidecarForExtension="NEF"
+
+    def scanned(keep: str) -> dict[str, FileEntry]:
+        entries = [e for e in scan_folder(tmp_path, SUPPORTED_EXTENSIONS) if isinstance(e, FileEntry)]
+        kept, left_out = split_raw_pairs(entries, keep, RAW_EXTENSIONS)
+        return {e.rel_path: e for e in with_pair_sidecars(kept, left_out)}
+
+    def read(e: FileEntry):
+        return read_photo_metadata(e.abs_path, e.sidecars, pair_of=e.pair_of)
+
+    (entry,) = scanned("jpeg").values()
+    assert entry.rel_path == "DSC_4127.JPG" and entry.pair_of == ("DSC_4127.NEF",)
+    m = read(entry)
+    assert m.title == "Morning ferry, Oslofjord" and m.rating == 4 and m.sources == ("DSC_4127.xmp",)
+    # darktable's sidecar of the RAW outranks Lightroom's stem sidecar; the JPEG's own outranks both.
+    shutil.copy(DATA / "darktable.xmp", tmp_path / "DSC_4127.NEF.xmp")
+    (entry,) = scanned("jpeg").values()
+    assert [s.name for s in entry.sidecars] == ["DSC_4127.xmp", "DSC_4127.NEF.xmp"]
+    assert read(entry).title == "Bryggen at dusk" and read(entry).sources[0] == "DSC_4127.NEF.xmp"
+    shutil.copy(DATA / "digikam.xmp", tmp_path / "DSC_4127.JPG.xmp")
+    (entry,) = scanned("jpeg").values()
+    assert read(entry).sources[0] == "DSC_4127.JPG.xmp" and read(entry).rating == 5
+    # Both files indexed: each has its own sidecars; Lightroom's stays with the NEF.
+    (tmp_path / "DSC_4127.JPG.xmp").unlink()
+    (tmp_path / "DSC_4127.NEF.xmp").unlink()
+    both = scanned("both")
+    assert both["DSC_4127.JPG"].pair_of == () and read(both["DSC_4127.JPG"]).title == "Embedded title"
+    assert read(both["DSC_4127.NEF"]).title == "Morning ferry, Oslofjord"
+    assert jpeg.exists()

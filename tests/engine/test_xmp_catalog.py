@@ -305,3 +305,35 @@ def test_a_schema_4_catalog_migrates_with_a_backup_and_its_pictures_get_their_xm
         assert _vectors_written_at(svc) == vectors
     finally:
         svc.close()
+
+
+def test_a_raw_jpeg_pair_indexed_as_the_jpeg_is_found_by_the_raws_sidecar(services, tmp_path, monkeypatch):
+    from engine.samples import write_dng
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    shot = Image.new("RGB", (96, 64), "navy")
+    write_dng(photos / "IMG_0001.DNG", shot)
+    shot.save(photos / "IMG_0001.JPG", "JPEG", quality=85)
+    shutil.copy(DATA / "darktable.xmp", photos / "IMG_0001.DNG.xmp")  # darktable edits the RAW
+    emb = services.embedder(MODEL)
+    s = _index(services, emb, photos)
+    assert (s.new, s.pair_files_left_out) == (1, 1)
+    lib = services.catalog.libraries()[0]
+    (jpeg,) = services.catalog.image_records(lib.id)
+    assert jpeg.rel_path == "IMG_0001.JPG"
+    assert _ids(services, lib.id, keyword="Places|Norway|Bergen") == {jpeg.id}
+    # The RAW's sidecar edited: read again for the JPEG, nothing re-embedded.
+    counter = EmbeddingCounter(emb, monkeypatch)
+    sidecar = photos / "IMG_0001.DNG.xmp"
+    sidecar.write_text(sidecar.read_text(encoding="utf-8").replace('xmp:Rating="3"', 'xmp:Rating="5"'),
+                       encoding="utf-8")
+    s = _index(services, emb, photos)
+    assert (s.xmp_reread, s.embedded, counter.pictures) == (1, 0, 0)
+    assert _ids(services, lib.id, rating=5) == {jpeg.id}
+    # Both files indexed: the DNG has darktable's sidecar, the JPEG nothing.
+    s = list(services.indexer(emb, batch_size=2, raw_jpeg_pairs="both").run(photos))[-1].extra["summary"]
+    ids = {r.rel_path: r.id for r in services.catalog.image_records(lib.id) if r.status == STATUS_OK}
+    assert set(ids) == {"IMG_0001.JPG", "IMG_0001.DNG"}
+    assert _ids(services, lib.id, keyword="Places|Norway|Bergen") == {ids["IMG_0001.DNG"]}
+

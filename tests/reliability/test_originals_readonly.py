@@ -59,6 +59,7 @@ def build_originals(tree: Path, sample_master: Path, blip_tiny_checkpoint: Path)
     imgs[1].with_suffix(".xmp").write_text(lightroom.replace('photoshop:SidecarForExtension="NEF"', ""),
                                            encoding="utf-8")
     shutil.copy(xmp / "billion-laughs.xmp", imgs[2].with_name(imgs[2].name + ".xmp"))
+    shutil.copy(xmp / "digikam.xmp", photos / "raw" / "IMG_9001.DNG.xmp")  # the pair's RAW's sidecar
     captions = tree / "captions.jsonl"
     captions.write_text("\n".join([
         json.dumps({"image": str(imgs[0].relative_to(tree)), "caption": QUERY}),
@@ -138,5 +139,8 @@ def test_every_cli_verb_leaves_the_originals_untouched(home, cli, tmp_path, orig
     # The verbs did real work (outside the tree): results exist, the sidecars were read.
     rc, stdout, _err = cli("search", QUERY, *model, "--keyword", "Places|Norway|Bergen", "--json")
     assert rc == 0 and [Path(r["path"]).name for r in json.loads(stdout)["results"]] == [f["image"].name]
+    # The last index took both files of the RAW+JPEG pair: the RAW's sidecar is the RAW's alone.
+    rc, stdout, _err = cli("search", QUERY, *model, "--keyword", "People|Family", "--json")
+    assert rc == 0 and [Path(r["path"]).name for r in json.loads(stdout)["results"]] == ["IMG_9001.DNG"]
     assert (out / "ground").is_dir() and (out / "check.jsonl").is_file() and (out / "eval").is_dir()
     assert (home / "data" / "catalog.sqlite3").is_file()

@@ -52,6 +52,9 @@ def test_gui_flows_leave_the_originals_untouched(qtbot, window, tmp_path, sample
         view.keyword_edit.setText("Places|Norway|Bergen")  # read from the darktable sidecar in the tree
         settle(qtbot, view.run_text_query(QUERY))
         assert [view.model.hit(i).path for i in range(view.model.rowCount())] == [str(f["image"])]
+        view.keyword_edit.setText("People|Family")  # from the sidecar of the RAW+JPEG pair's RAW: the JPEG
+        settle(qtbot, view.run_text_query(QUERY))
+        assert [view.model.hit(i).path.rsplit("/", 1)[-1] for i in range(view.model.rowCount())] == ["IMG_9001.JPG"]
         view.keyword_edit.clear()
         assert_unchanged(tree, before, "searching")
 
