@@ -278,7 +278,8 @@ class Backend:
         from engine.search.filters import build_filters
 
         f = filters or {}
-        return build_filters(f.get("folder"), f.get("after"), f.get("before"), f.get("camera"))
+        return build_filters(f.get("folder"), f.get("after"), f.get("before"), f.get("camera"),
+                             rating=f.get("rating"), label=f.get("label"), keyword=f.get("keyword"))
 
     @staticmethod
     def result_orders() -> list[tuple[str, str]]:
@@ -393,6 +394,23 @@ class Backend:
         from engine.thumbnails import render_thumbnail
 
         return pil_to_qimage(render_thumbnail(path, max_side))
+
+    def photo_metadata(self, path: str, image_id: int | None = None) -> dict[str, Any] | None:
+        """What the picture's XMP says (as the last scan read it), ready to show: title,
+        description, rating, label, date, keywords (engine.metadata.display_keywords), problems;
+        None when the picture is not in the catalog or its metadata was not read yet."""
+        from engine.metadata import display_keywords
+
+        cat = self.services.catalog
+        if image_id is None:
+            rec = cat.image_at(path)
+            image_id = rec.id if rec is not None else None
+        m = cat.photo_metadata([image_id]).get(image_id) if image_id is not None else None
+        if m is None:
+            return None
+        return {"title": m.title, "description": m.description, "rating": m.rating, "label": m.label,
+                "taken_at": m.taken_at, "keywords": display_keywords(m), "sources": list(m.sources),
+                "problems": list(m.problems), "gps": (m.gps_lat, m.gps_lon) if m.gps_lat is not None else None}
 
     # -- grounding --------------------------------------------------------------
     def grounder(self):

@@ -37,6 +37,33 @@ class ImageMeta:
     format: str | None = None
 
 
+@dataclass
+class PhotoMetadata:
+    """What a picture's XMP says about it (the packet embedded in the file and its sidecar), as
+    engine.metadata reads it and the catalog stores it. Keywords: `subjects` are flat (dc:subject),
+    `hierarchy` holds paths with '|' between levels ("Places|Norway|Oslo": lr:hierarchicalSubject,
+    digiKam:TagsList)."""
+
+    title: str | None = None
+    description: str | None = None
+    subjects: tuple[str, ...] = ()
+    hierarchy: tuple[str, ...] = ()
+    rating: int | None = None  # xmp:Rating, -1 (rejected) to 5
+    label: str | None = None  # xmp:Label as written ("Red", "Green", ...)
+    taken_at: str | None = None  # ISO 8601 local time as written, e.g. 2023-06-14T10:22:31 (or a date)
+    gps_lat: float | None = None  # decimal degrees, north positive
+    gps_lon: float | None = None  # decimal degrees, east positive
+    sources: tuple[str, ...] = ()  # where the values came from: sidecar file names, "embedded"
+    problems: tuple[str, ...] = ()  # why a sidecar or field was not read, naming the file (and field)
+    # What the values were read from (reader version, the sidecars' names, sizes and mtimes): a
+    # re-scan compares it with the files now there to find added, edited or removed sidecars.
+    state: str = ""
+
+    def is_empty(self) -> bool:
+        return not (self.title or self.description or self.subjects or self.hierarchy or self.label
+                    or self.rating is not None or self.taken_at or self.gps_lat is not None)
+
+
 @dataclass(kw_only=True)
 class ImageFields:
     """What the catalog stores about one image file: shared by its rows (ImageRecord) and its

@@ -7,6 +7,7 @@ and the view says so.
 
 from __future__ import annotations
 
+import html
 import os
 from typing import Any
 
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QRadioButton,
+    QScrollArea,
     QSlider,
     QSplitter,
     QStyle,
@@ -34,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from desktop_app import theme
 from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
 from desktop_app.facade import Backend, LonglensError, date_text, display_text
@@ -98,6 +101,7 @@ class InspectorView(QWidget):
         self._seq = 0
         self.image_job: Job | None = None
         self.ground_job: Job | None = None
+        self.metadata_job: Job | None = None
 
         # -- canvas + zoom bar ----------------------------------------------------------------
         self.canvas = ImageCanvas()
@@ -181,6 +185,50 @@ class InspectorView(QWidget):
         pb.addWidget(self.legend)
         pb.addWidget(self.export_button)
 
+        # What the photo's XMP says (embedded, or a Lightroom / darktable / digiKam sidecar).
+        self.metadata_box = QFrame()
+        self.metadata_box.setObjectName("inspector-metadata")
+        self.metadata_box.setFrameShape(QFrame.Shape.StyledPanel)
+        self.metadata_label = QLabel("")
+        self.metadata_label.setWordWrap(True)
+        self.metadata_label.setTextFormat(Qt.TextFormat.RichText)  # the title in bold, escaped
+        self.metadata_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.keywords_label = QLabel("")
+        self.keywords_label.setObjectName("inspector-keywords")
+        self.keywords_label.setTextFormat(Qt.TextFormat.PlainText)  # a keyword is never markup
+        self.keywords_label.setWordWrap(True)
+        self.keywords_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.metadata_problems = QLabel("")
+        self.metadata_problems.setObjectName("inspector-metadata-problems")
+        self.metadata_problems.setTextFormat(Qt.TextFormat.PlainText)
+        self.metadata_problems.setWordWrap(True)
+        fields = QWidget()
+        fl = QVBoxLayout(fields)
+        fl.setContentsMargins(0, 0, 4, 0)
+        self.metadata_details = QLabel("")
+        self.metadata_details.setWordWrap(True)
+        self.metadata_details.setTextFormat(Qt.TextFormat.PlainText)
+        self.metadata_details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # Most telling first: when the window is small only the first line shows (the rest scrolls).
+        fl.addWidget(self.metadata_label)
+        fl.addWidget(self.keywords_label)
+        fl.addWidget(self.metadata_details)
+        fl.addWidget(self.metadata_problems)
+        fl.addStretch(1)
+        # A long description scrolls inside the box: the phrase list keeps its room at 1024x640.
+        self.metadata_scroll = QScrollArea()
+        self.metadata_scroll.setWidget(fields)
+        self.metadata_scroll.setWidgetResizable(True)
+        self.metadata_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.metadata_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        line_h = self.metadata_label.fontMetrics().lineSpacing()
+        self.metadata_scroll.setMinimumHeight(line_h + 4)
+        self.metadata_scroll.setMaximumHeight(line_h * 7 + 4)
+        mb = QVBoxLayout(self.metadata_box)
+        mb.setContentsMargins(6, 4, 2, 4)
+        mb.addWidget(self.metadata_scroll)
+        self.metadata_box.setVisible(False)
+
         query_box = QGroupBox("Query")
         qb = QVBoxLayout(query_box)
         qb.addWidget(self.query_label)
@@ -196,6 +244,7 @@ class InspectorView(QWidget):
         line = QFrame()
         line.setFrameShape(QFrame.Shape.HLine)
         sl.addWidget(line)
+        sl.addWidget(self.metadata_box)
         sl.addWidget(query_box)
         sl.addWidget(self.phrase_box, 1)
 
@@ -214,14 +263,16 @@ class InspectorView(QWidget):
     def show_hit(self, hit: Any, query: dict[str, str | None]) -> None:
         self.hit = hit
         self._show(hit.path, query, score=hit.score, rank=hit.rank,
-                   date=date_text(hit), camera=getattr(hit, "camera", None))
+                   date=date_text(hit), camera=getattr(hit, "camera", None),
+                   image_id=getattr(hit, "image_id", None))
 
     def show_path(self, path: str, query: dict[str, str | None]) -> None:
         self.hit = None
         self._show(path, query)
 
     def _show(self, path: str, query: dict[str, str | None], *, score: float | None = None,
-              rank: int | None = None, date: str | None = None, camera: str | None = None) -> None:
+              rank: int | None = None, date: str | None = None, camera: str | None = None,
+              image_id: int | None = None) -> None:
         self._seq += 1
         seq = self._seq
         self.path = path
@@ -252,6 +303,9 @@ class InspectorView(QWidget):
         self.image_job = self.hub.call(self.backend.display_image, path, 4096,
                                        on_result=lambda img, s=seq: self._image_loaded(img, s),
                                        on_error=lambda m, s=seq: self._image_failed(m, s))
+        self.show_metadata(None)
+        self.metadata_job = self.hub.call(self.backend.photo_metadata, path, image_id,
+                                          on_result=lambda m, s=seq: self._metadata_loaded(m, s))
         if text:
             self.notice.setText("Grounding the query in this picture…")
             self.ground_job = self.hub.call(self.backend.ground, path, text,
@@ -260,6 +314,40 @@ class InspectorView(QWidget):
         else:
             self.ground_job = None
             self.notice.setText("Phrase overlays need a text query.")
+
+    def _metadata_loaded(self, meta: dict[str, Any] | None, seq: int) -> None:
+        if seq == self._seq:
+            self.show_metadata(meta)
+
+    def show_metadata(self, meta: dict[str, Any] | None) -> None:
+        """The picture's XMP fields (Backend.photo_metadata), or nothing when it has none."""
+        if not meta or not any(meta.get(k) not in (None, [], "") for k in
+                               ("title", "description", "rating", "label", "taken_at", "keywords", "problems")):
+            self.metadata_box.setVisible(False)
+            return
+        head = [f"<b>{html.escape(meta['title'])}</b>"] if meta.get("title") else []
+        rating = meta.get("rating")
+        if rating is not None:
+            head.append("Rejected" if rating < 0 else ("Unrated" if rating == 0 else "★" * rating + "☆" * (5 - rating)))
+        if meta.get("label"):
+            head.append(f"{html.escape(meta['label'])} label")
+        self.metadata_label.setText(" · ".join(head))
+        self.metadata_label.setVisible(bool(head))
+        details = [meta["description"]] if meta.get("description") else []
+        if meta.get("taken_at"):
+            details.append(f"dated {meta['taken_at'].replace('T', ' ')}")
+        self.metadata_details.setText("\n".join(details))
+        self.metadata_details.setVisible(bool(details))
+        words = meta.get("keywords") or []
+        self.keywords_label.setText(("Keywords: " + ", ".join(words)) if words else "")
+        self.keywords_label.setVisible(bool(words))
+        problems = meta.get("problems") or []
+        self.metadata_problems.setText("\n".join(problems))
+        self.metadata_problems.setStyleSheet(f"color: {theme.warning_colour()};")
+        self.metadata_problems.setVisible(bool(problems))
+        self.metadata_box.setToolTip("From the photo's metadata (XMP), read from: "
+                                     + ", ".join(meta.get("sources") or ["—"]))
+        self.metadata_box.setVisible(True)
 
     def _image_loaded(self, image: QImage, seq: int) -> None:
         if seq != self._seq:

@@ -42,6 +42,11 @@ from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
 ALL_FOLDERS = "All folders"
 # How long after the last change of a filter the search runs again (typing a camera name).
 RERUN_DELAY_MS = 400
+ANY_LABEL = "Any label"
+# The rating filter's choices: (shown, minimum rating given to the engine; None: no filter).
+RATING_CHOICES = (("Any rating", None), ("Not rejected", 0), ("★ or more", 1), ("★★ or more", 2),
+                  ("★★★ or more", 3), ("★★★★ or more", 4), ("★★★★★", 5))
+LABEL_CHOICES = (ANY_LABEL, "Red", "Yellow", "Green", "Blue", "Purple")
 
 
 class QuickLook(QDialog):
@@ -243,6 +248,28 @@ class SearchView(QWidget):
         arrange.addSpacing(8)
         arrange.addWidget(self.cutoff_label, 1)
 
+        # What XMP says (Lightroom, darktable, digiKam): keyword, rating, colour label.
+        self.keyword_edit = QLineEdit()
+        self.keyword_edit.setObjectName("keyword-filter")
+        self.keyword_edit.setPlaceholderText("Keyword, e.g. Places|Norway (also finds Places|Norway|Oslo)")
+        self.keyword_edit.setClearButtonEnabled(True)
+        self.keyword_edit.returnPressed.connect(self.search)
+        self.rating_box = QComboBox()
+        self.rating_box.setObjectName("rating-filter")
+        for text, value in RATING_CHOICES:
+            self.rating_box.addItem(text, value)
+        self.label_box = QComboBox()
+        self.label_box.setObjectName("label-filter")
+        self.label_box.setEditable(True)  # labels are free text: a German Lightroom writes "Rot"
+        self.label_box.addItems(LABEL_CHOICES)
+        self.label_box.lineEdit().returnPressed.connect(self.search)
+        xmp_filters = QHBoxLayout()
+        xmp_filters.addWidget(QLabel("Keyword"))
+        xmp_filters.addWidget(self.keyword_edit, 3)
+        xmp_filters.addSpacing(8)
+        xmp_filters.addWidget(self.rating_box)
+        xmp_filters.addWidget(self.label_box, 1)
+
         # A filter, the order or the cut-off changed: the last search runs again once the user
         # pauses (debounced, in a worker: the GUI thread never waits for it).
         self._rerun_timer = QTimer(self)
@@ -258,6 +285,9 @@ class SearchView(QWidget):
         self.top_spin.valueChanged.connect(self._filters_changed)
         self.sort_box.currentIndexChanged.connect(self._filters_changed)
         self.cutoff_spin.valueChanged.connect(self._filters_changed)
+        self.keyword_edit.textChanged.connect(self._filters_changed)
+        self.rating_box.currentIndexChanged.connect(self._filters_changed)
+        self.label_box.editTextChanged.connect(self._filters_changed)
 
         # -- results --------------------------------------------------------------------------------
         self.loader = ThumbnailLoader(backend.thumbnail, THUMBNAIL_PX, parent=self)
@@ -298,6 +328,7 @@ class SearchView(QWidget):
         lay.addLayout(top)
         lay.addWidget(self.image_chip)
         lay.addLayout(filters)
+        lay.addLayout(xmp_filters)
         lay.addLayout(arrange)
         lay.addWidget(self.stack, 1)
         lay.addWidget(self.status)
@@ -415,14 +446,18 @@ class SearchView(QWidget):
             self.editor.mark_truncation(None)
 
     # -- running searches ------------------------------------------------------------------------------
-    def filters(self) -> dict[str, str | None]:
+    def filters(self) -> dict[str, Any]:
         folder = self.folder_box.currentText().strip()
-        out: dict[str, str | None] = {"folder": None if folder in ("", ALL_FOLDERS) else folder}
+        out: dict[str, Any] = {"folder": None if folder in ("", ALL_FOLDERS) else folder}
         out["after"] = self.after_edit.date().toString("yyyy-MM-dd") if self.after_check.isChecked() else None
         # The "to" date is inclusive for people; the engine's `before` is exclusive.
         out["before"] = (self.before_edit.date().addDays(1).toString("yyyy-MM-dd")
                          if self.before_check.isChecked() else None)
         out["camera"] = self.camera_edit.text().strip() or None
+        out["keyword"] = self.keyword_edit.text().strip() or None
+        out["rating"] = self.rating_box.currentData()
+        label = self.label_box.currentText().strip()
+        out["label"] = None if label in ("", ANY_LABEL) else label
         return out
 
     def order(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from engine.catalog.db import (
     migrate,
     sqlite_errors,
 )
-from engine.catalog.schema import embeddings, images, libraries, meta
+from engine.catalog.schema import embeddings, image_keywords, image_metadata, images, libraries, meta
 from engine.errors import CatalogError
 from engine.types import (
     LIBRARY_ONLINE,
@@ -32,6 +33,7 @@ from engine.types import (
     ImageFields,
     ImageRecord,
     Library,
+    PhotoMetadata,
 )
 
 _IMAGE_FIELDS = (
@@ -61,14 +63,21 @@ class ImageWrite(ImageFields):
 # counted by Catalog.filter_gaps and reported with every filtered search (engine.search.searcher).
 KEPT_BY_FILE_TIME = "dated by its file time"  # the date filter: every picture has a date (catalog.dates)
 LEFT_OUT = "left out"  # the picture cannot be shown to match, so the filter does not keep it
+COUNTED_AS_UNRATED = "counted as unrated (0)"  # the rating filter: Lightroom's reading of no rating
 MISSING_FIELD_RULES: dict[str, str] = {
     "date": KEPT_BY_FILE_TIME,
     "camera": LEFT_OUT,
+    "rating": COUNTED_AS_UNRATED,
+    "label": LEFT_OUT,
+    "keyword": LEFT_OUT,
 }
 _LACKING = {
     "date": lambda: images.c.exif_date.is_(None),
     "camera": lambda: and_(func.coalesce(images.c.camera_make, "") == "",
                            func.coalesce(images.c.camera_model, "") == ""),
+    "rating": lambda: images.c.id.not_in(select(image_metadata.c.image_id).where(image_metadata.c.rating.is_not(None))),
+    "label": lambda: images.c.id.not_in(select(image_metadata.c.image_id).where(image_metadata.c.label_key.is_not(None))),
+    "keyword": lambda: images.c.id.not_in(select(image_keywords.c.image_id)),
 }
 
 
@@ -78,9 +87,16 @@ class ImageFilter:
     after: str | None = None  # ISO date, inclusive, compared with the picture's date (catalog.dates)
     before: str | None = None  # ISO date, exclusive of later days
     camera: str | None = None  # case-insensitive substring of make or model
+    # XMP (schema 5): rating at least this (no rating written counts as 0, rejected is -1)
+    min_rating: int | None = None
+    label: str | None = None  # the colour label, compared without regard to case
+    # Every one must match: a keyword path ("Places|Norway") matches itself and every path under it
+    # ("Places|Norway|Oslo"); a one-level keyword also matches the same flat keyword (dc:subject).
+    keywords: tuple[str, ...] = ()
 
     def is_empty(self) -> bool:
-        return not (self.folder or self.after or self.before or self.camera)
+        return not (self.folder or self.after or self.before or self.camera or self.min_rating is not None
+                    or self.label or self.keywords)
 
 
 def _row_to_record(row) -> ImageRecord:
@@ -489,6 +505,7 @@ class Catalog:
         if flt.after or flt.before:
             date = picture_date_sql()  # the EXIF date, else the file time: no picture lacks one
             parts["date"] = ([date >= flt.after] if flt.after else []) + ([date < flt.before] if flt.before else [])
+        parts.update(_metadata_parts(flt))
         if flt.camera:
             pat = f"%{flt.camera.lower()}%"
             parts["camera"] = [
@@ -514,7 +531,8 @@ class Catalog:
     def filter_gaps(self, library_id: int, flt: ImageFilter) -> dict[str, int]:
         """For each active filter over optional metadata (MISSING_FIELD_RULES), how many live
         pictures of the library lack its field among those the rest of the filter keeps: the
-        date filter's are kept, dated by their file time; the camera filter's are left out."""
+        date filter's are kept, dated by their file time; the rating filter's count as unrated
+        (0); the camera, label and keyword filters' are left out."""
         parts = self._filter_conditions(library_id, flt)
         if parts is None:
             return {}
@@ -531,6 +549,89 @@ class Catalog:
                 out[name] = int(conn.execute(select(func.count()).select_from(images).where(*conds, lacking()))
                                 .scalar() or 0)
         return out
+
+    # -- XMP metadata (schema 5) ----------------------------------------------
+    def metadata_states(self, library_id: int) -> dict[str, tuple[int, str | None]]:
+        """{rel_path: (image id, stored metadata state or None when never read)} of a library's
+        live pictures: what a re-scan compares with the sidecars it finds."""
+        with self.read() as conn:
+            q = (
+                select(images.c.id, images.c.rel_path, image_metadata.c.state)
+                .select_from(images.outerjoin(image_metadata, image_metadata.c.image_id == images.c.id))
+                .where(images.c.library_id == library_id, images.c.status == STATUS_OK)
+            )
+            return {dbpaths.from_db(r.rel_path): (int(r.id), r.state) for r in conn.execute(q)}
+
+    def write_metadata(self, rows: Sequence[tuple[int, PhotoMetadata]]) -> int:
+        """Store pictures' metadata (replacing what they had) in one transaction; rows whose picture
+        is no longer in the catalog are skipped. Returns how many were written."""
+        if not rows:
+            return 0
+        now = time.time()
+        written = 0
+        with self.write() as conn:
+            ids = [int(i) for i, _ in rows]
+            live: set[int] = set()
+            for start in range(0, len(ids), 900):
+                chunk = ids[start : start + 900]
+                live |= {int(r[0]) for r in conn.execute(select(images.c.id).where(images.c.id.in_(chunk)))}
+            for image_id, m in rows:
+                if int(image_id) not in live:
+                    continue  # removed by another process since it was read
+                conn.execute(delete(image_keywords).where(image_keywords.c.image_id == image_id))
+                conn.execute(delete(image_metadata).where(image_metadata.c.image_id == image_id))
+                conn.execute(insert(image_metadata).values(
+                    image_id=image_id, state=m.state, title=m.title, description=m.description,
+                    rating=m.rating, label=m.label, label_key=m.label.casefold() if m.label else None,
+                    taken_at=m.taken_at, gps_lat=m.gps_lat, gps_lon=m.gps_lon,
+                    sources=json.dumps(list(m.sources)), problems=json.dumps(list(m.problems)), read_at=now,
+                ))
+                words = {("subject", k) for k in m.subjects} | {("path", k) for k in m.hierarchy}
+                if words:
+                    conn.execute(insert(image_keywords), [
+                        {"image_id": image_id, "kind": kind, "keyword": k, "keyword_key": k.casefold()}
+                        for kind, k in sorted(words)
+                    ])
+                written += 1
+        return written
+
+    def photo_metadata(self, ids: Iterable[int]) -> dict[int, PhotoMetadata]:
+        """The stored metadata of these pictures (those read so far)."""
+        ids = [int(i) for i in ids]
+        out: dict[int, PhotoMetadata] = {}
+        with self.read() as conn:
+            for start in range(0, len(ids), 900):
+                chunk = ids[start : start + 900]
+                words: dict[int, dict[str, list[str]]] = {}
+                q = (select(image_keywords.c.image_id, image_keywords.c.kind, image_keywords.c.keyword)
+                     .where(image_keywords.c.image_id.in_(chunk)).order_by(image_keywords.c.keyword))
+                for image_id, kind, keyword in conn.execute(q):
+                    words.setdefault(int(image_id), {}).setdefault(kind, []).append(keyword)
+                for r in conn.execute(select(image_metadata).where(image_metadata.c.image_id.in_(chunk))):
+                    w = words.get(int(r.image_id), {})
+                    out[int(r.image_id)] = PhotoMetadata(
+                        title=r.title, description=r.description, subjects=tuple(w.get("subject", ())),
+                        hierarchy=tuple(w.get("path", ())), rating=r.rating, label=r.label, taken_at=r.taken_at,
+                        gps_lat=r.gps_lat, gps_lon=r.gps_lon, sources=tuple(json.loads(r.sources)),
+                        problems=tuple(json.loads(r.problems)), state=r.state,
+                    )
+        return out
+
+    def image_at(self, path: Path | str) -> ImageRecord | None:
+        """The live catalog row of the picture at this absolute path, if it is in a library."""
+        p = Path(path).expanduser().absolute()
+        for lib in self.libraries():
+            try:
+                rel = p.relative_to(Path(lib.root)).as_posix()
+            except ValueError:
+                continue
+            with self.read() as conn:
+                row = conn.execute(select(images).where(
+                    images.c.library_id == lib.id, images.c.rel_path == dbpaths.to_db(rel),
+                    images.c.status == STATUS_OK)).first()
+            if row is not None:
+                return _row_to_record(row)
+        return None
 
     def model_ids(self) -> set[str]:
         """The keys vectors are stored under (model identities, engine.models.registry)."""
@@ -565,6 +666,33 @@ class Catalog:
                 .subquery()
             )
             return int(conn.execute(q).scalar() or 0)
+
+
+def _metadata_parts(flt: ImageFilter) -> dict[str, list]:
+    """The XMP filters' conditions on images.id (schema-5 tables), one part per filter."""
+    parts: dict[str, list] = {}
+    if flt.min_rating is not None:
+        n = int(flt.min_rating)
+        if n <= 0:
+            # No rating written counts as 0 (Lightroom's "unrated"): only ratings below n drop out.
+            low = select(image_metadata.c.image_id).where(image_metadata.c.rating < n)
+            parts["rating"] = [images.c.id.not_in(low)]
+        else:
+            parts["rating"] = [images.c.id.in_(select(image_metadata.c.image_id).where(image_metadata.c.rating >= n))]
+    if flt.label:
+        parts["label"] = [images.c.id.in_(
+            select(image_metadata.c.image_id).where(image_metadata.c.label_key == flt.label.casefold()))]
+    keyword_conds = []
+    for keyword in flt.keywords:
+        key = keyword.casefold()
+        below = key + "|"
+        keyword_conds.append(images.c.id.in_(select(image_keywords.c.image_id).where(or_(
+            image_keywords.c.keyword_key == key,
+            func.substr(image_keywords.c.keyword_key, 1, len(below)) == below,
+        ))))
+    if keyword_conds:
+        parts["keyword"] = keyword_conds
+    return parts
 
 
 def _folder_relative_to(folder: str, root: str) -> str | None:

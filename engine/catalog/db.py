@@ -32,7 +32,7 @@ class CatalogConflictError(CatalogError):
     """A write lost a race with another process's change; rolled back whole, the catalog is intact."""
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_S = 30.0
 # The quick check at open must stay cheap on a large catalog: it stops after this long and the
 # catalog is then used unchecked (the full check is `longlens check-catalog`).
@@ -189,6 +189,39 @@ _V3_SWAP = (
 )
 
 
+# Version 5: the XMP metadata of each picture (engine.metadata) and its keywords, for filters and
+# the inspector. New tables only: a schema-4 catalog keeps every row, and its pictures' metadata is
+# read at the next scan (without re-embedding them).
+_V5_DDL = (
+    """CREATE TABLE image_metadata (
+	image_id INTEGER NOT NULL,
+	state TEXT NOT NULL,
+	title TEXT,
+	description TEXT,
+	rating INTEGER,
+	label TEXT,
+	label_key TEXT,
+	taken_at VARCHAR,
+	gps_lat FLOAT,
+	gps_lon FLOAT,
+	sources TEXT NOT NULL,
+	problems TEXT NOT NULL,
+	read_at FLOAT NOT NULL,
+	PRIMARY KEY (image_id),
+	FOREIGN KEY(image_id) REFERENCES images (id) ON DELETE CASCADE
+)""",
+    """CREATE TABLE image_keywords (
+	image_id INTEGER NOT NULL,
+	kind VARCHAR NOT NULL,
+	keyword TEXT NOT NULL,
+	keyword_key TEXT NOT NULL,
+	CONSTRAINT pk_image_keywords PRIMARY KEY (image_id, kind, keyword),
+	FOREIGN KEY(image_id) REFERENCES images (id) ON DELETE CASCADE
+)""",
+    "CREATE INDEX ix_image_keywords_key ON image_keywords (keyword_key)",
+)
+
+
 def _run_ddl(conn: Connection, statements: tuple[str, ...]) -> None:
     for sql in statements:
         conn.exec_driver_sql(sql)
@@ -242,8 +275,12 @@ def _v4(conn: Connection) -> None:
     migrate_sentence_verdicts(conn)
 
 
+def _v5(conn: Connection) -> None:
+    _run_ddl(conn, _V5_DDL)
+
+
 # Linear migration steps: MIGRATIONS[v] takes a catalog from version v-1 to v.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
 
 
 def read_only_uri(path: Path) -> str:

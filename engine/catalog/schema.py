@@ -126,3 +126,36 @@ verdicts = Table(
     Column("note", Text, nullable=False),
     Column("updated_at", Float, nullable=False),
 )
+
+# --- version 5: what XMP (embedded packets, sidecar files) says about each picture --------------
+# Filled by indexing (engine.metadata reads it); a picture with no row has not been read yet.
+
+image_metadata = Table(
+    "image_metadata",
+    metadata,
+    Column("image_id", Integer, ForeignKey("images.id", ondelete="CASCADE"), primary_key=True),
+    # engine.metadata.sidecar_state: the reader version and the sidecars' names, sizes and mtimes.
+    Column("state", Text, nullable=False),
+    Column("title", Text),
+    Column("description", Text),
+    Column("rating", Integer),  # -1 (rejected) to 5; NULL: none written (counts as 0 in filters)
+    Column("label", Text),
+    Column("label_key", Text),  # the label casefolded, for filters
+    Column("taken_at", String),
+    Column("gps_lat", Float),
+    Column("gps_lon", Float),
+    Column("sources", Text, nullable=False),  # JSON list: sidecar file names, "embedded"
+    Column("problems", Text, nullable=False),  # JSON list of reasons, each naming its file
+    Column("read_at", Float, nullable=False),
+)
+
+image_keywords = Table(
+    "image_keywords",
+    metadata,
+    Column("image_id", Integer, ForeignKey("images.id", ondelete="CASCADE"), nullable=False),
+    Column("kind", String, nullable=False),  # subject (flat, dc:subject) | path (levels joined by '|')
+    Column("keyword", Text, nullable=False),  # as written
+    Column("keyword_key", Text, nullable=False),  # casefolded, for filters
+    PrimaryKeyConstraint("image_id", "kind", "keyword", name="pk_image_keywords"),
+)
+Index("ix_image_keywords_key", image_keywords.c.keyword_key)

@@ -35,11 +35,17 @@ def summary_text(s: dict) -> str:
         f"unchanged {s['unchanged']}  deleted {s['deleted']}  embedded {s['embedded']}  "
         f"reused {s['reused']}  in {s['elapsed_s']:.1f}s"
     )
+    if s.get("xmp_reread"):
+        lines.append(f"  metadata: {s['xmp_reread']} pictures' XMP read again (sidecar added, edited or removed); "
+                     "not re-embedded")
     if s["cancelled"]:
         lines.append("  CANCELLED: committed batches are kept; run again to resume")
     if s.get("pair_files_left_out"):
         lines.append(pair_line(s))
     lines += common.file_problem_lines(s)
+    if s.get("xmp_problems"):
+        lines.append(f"  metadata problems ({len(s['xmp_problems'])}; the rest of each picture's metadata was read):")
+        lines += [f"    {u['path']}: {u['reason']}" for u in s["xmp_problems"][:50]]
     lines += [f"  note: {n}" for n in s["index_notes"]]
     return "\n".join(lines)
 

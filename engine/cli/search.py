@@ -17,7 +17,18 @@ DATE_FROM_FILE_TIME = "file time"
 def _filter(args: argparse.Namespace):
     from engine.search.filters import build_filters
 
-    return build_filters(args.folder, args.after, args.before, args.camera)
+    return build_filters(args.folder, args.after, args.before, args.camera, rating=args.rating, label=args.label,
+                         keyword=args.keyword)
+
+
+def _with_metadata(svc, results: list[dict]) -> list[dict]:
+    """The JSON results with what XMP says about each picture (rating, label, keywords, title)."""
+    found = svc.catalog.photo_metadata([r["image_id"] for r in results])
+    for r in results:
+        m = found.get(r["image_id"])
+        r.update(rating=m.rating if m else None, label=m.label if m else None,
+                 title=m.title if m else None, keywords=list(m.hierarchy) + list(m.subjects) if m else [])
+    return results
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -50,7 +61,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 "timings_ms": result.timings_ms,
                 "order": result.order,
                 "cutoff": result.cutoff.as_dict() if result.cutoff is not None else None,
-                "results": [h.to_json() for h in result.hits],
+                "results": _with_metadata(svc, [h.to_json() for h in result.hits]),
             })
             return 0
         if result.tokens_total is not None:
@@ -82,7 +93,8 @@ def _date_column(hit: Any) -> str:
 
 SEARCH_FLAGS = {"model": "--model", "top_k": "--top", "max_tokens": "--max-tokens", "rerank_k": "--rerank-k",
                 "text_tower": "--text-tower", "after": "--after", "before": "--before", "camera": "--camera",
-                "folder": "--folder", "order": "--sort", "cutoff": "--cutoff"}
+                "folder": "--folder", "order": "--sort", "cutoff": "--cutoff", "rating": "--rating", "label": "--label",
+                "keyword": "--keyword"}
 
 
 def register(sub: Any) -> None:
@@ -103,6 +115,12 @@ def register(sub: Any) -> None:
     ss.add_argument("--cutoff", type=options.RELEVANCE_CUTOFF, metavar="DELTA",
                     help="show only the results whose score is within DELTA of the best result's score (e.g. "
                          "0.05), so the list ends where the scores fall off; prints where it cut")
+    ss.add_argument("--rating", type=options.MIN_RATING,
+                    help="only images rated at least this many stars in their XMP (0-5; 0 leaves out rejected ones)")
+    ss.add_argument("--label", help="only images with this XMP colour label (e.g. Red)")
+    ss.add_argument("--keyword", action="append",
+                    help="only images with this XMP keyword; a path like 'Places|Norway' also matches the "
+                         "keywords under it. Repeat it: every keyword must match")
     ss.add_argument("--model")
     ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder (default: the settings')")
     ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET,

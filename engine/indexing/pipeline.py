@@ -2,7 +2,9 @@
 
 The same generator runs under the CLI's progress bar and the GUI's worker thread.
 Each batch is committed in one transaction together with its vectors, so a crash loses
-at most one batch; rows that vanished from disk are soft-deleted only after a complete
+at most one batch; what XMP says about its pictures (engine.metadata) is stored right after it, and
+a picture whose sidecars changed since (added, edited, removed) has only its metadata read again,
+never its pixels, so it is not re-embedded; rows that vanished from disk are soft-deleted only after a complete
 scan, and never when the root itself is missing (an unmounted drive is not a deletion).
 """
 
@@ -24,8 +26,9 @@ from engine.fileutil import sha256_file
 from engine.index.store import IndexStore
 from engine.index.vector_index import VectorIndex
 from engine.indexing.decode import RAW_EXTENSIONS, SUPPORTED_EXTENSIONS, decode_image, open_error
-from engine.indexing.scanner import FileEntry, Skipped, scan_folder, split_raw_pairs
+from engine.indexing.scanner import FileEntry, Skipped, scan_folder, split_raw_pairs, with_pair_sidecars
 from engine.jobs import CancelToken, Progress, RateMeter
+from engine.metadata import read_photo_metadata, sidecar_state
 from engine.models.base import Embedder
 from engine.types import (
     LIBRARY_OFFLINE,
@@ -35,6 +38,7 @@ from engine.types import (
     STATUS_UNREADABLE,
     ImageMeta,
     ImageRecord,
+    PhotoMetadata,
 )
 
 # A cancel must take effect within about a second (reliability checklist 23). The model runs in
@@ -79,6 +83,12 @@ class IndexSummary:
     # the pairs left out of this library (a RAW whose JPEG is indexed, or the other way round).
     raw_jpeg_pairs: str = "jpeg"
     pair_files_left_out: int = 0
+    xmp_read: int = 0  # pictures whose XMP (embedded and sidecars) was read in this run
+    # ... of them, pictures whose metadata alone was read again, their pixels untouched: a sidecar was
+    # added, edited or removed (or the catalog had no metadata for them yet)
+    xmp_reread: int = 0
+    # A sidecar or packet that could not be read, or a field of it: {"path": picture, "reason": names the file}
+    xmp_problems: list[dict[str, str]] = field(default_factory=list)
     index_notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -115,6 +125,7 @@ class _Prepared:
     error: str | None = None
     needs_model: bool = False
     vector: np.ndarray | None = None
+    photo: PhotoMetadata | None = None  # what the picture's XMP says (read for every readable file)
 
 
 def scan_entries(root: Path, summary: Any, cancel: CancelToken, report_every: int = 500,
@@ -139,6 +150,7 @@ def scan_entries(root: Path, summary: Any, cancel: CancelToken, report_every: in
             if len(entries) % report_every == 0:
                 yield Progress("scan", len(entries), None, f"found {len(entries)} images")
     entries, left_out = split_raw_pairs(entries, raw_jpeg_pairs, RAW_EXTENSIONS)
+    entries = with_pair_sidecars(entries, left_out)
     summary.pair_files_left_out = len(left_out)
     summary.scanned = len(entries)
     if not cancel.cancelled:
@@ -231,7 +243,10 @@ class Indexer:
         size = self.embedder.image_size
         with ThreadPoolExecutor(max_workers=self.decode_workers, thread_name_prefix="longlens-decode") as pool:
             def prepare(c: _Candidate) -> _Prepared:
-                return self._prepare(c, size, movable, known_hashes, cancel)
+                p = self._prepare(c, size, movable, known_hashes, cancel)
+                if p.error is None:
+                    p.photo = read_entry_metadata(c.entry)
+                return p
 
             # Bounded look-ahead: decoding of the next batch overlaps embedding of this one,
             # and memory stays bounded however large the folder.
@@ -270,6 +285,10 @@ class Indexer:
                 self._commit_batch(batch, lib.id, index, movable, claimed, summary)
                 done += len(batch)
                 yield meter.progress("index", done, f"{done}/{len(candidates)} files")
+
+            # 3b. metadata only: pictures whose sidecars differ from what their metadata was read from
+            if not summary.cancelled:
+                yield from self._refresh_metadata(lib.id, entries, pool, cancel, summary)
 
         # 4. sweep: only after a complete scan and pass
         if not summary.cancelled:
@@ -443,6 +462,28 @@ class Indexer:
             p.error = exc.reason
         return p
 
+    def _refresh_metadata(self, library_id: int, entries: Sequence[FileEntry], pool: ThreadPoolExecutor,
+                          cancel: CancelToken, summary: IndexSummary) -> Iterator[Progress]:
+        """Read again the XMP of every live picture whose sidecars (names, sizes, mtimes) are not
+        those its stored metadata was read from: a sidecar added, edited or removed, a picture
+        from before catalog schema 5. Only the metadata is read and written: no hash, no decode,
+        no model. Runs after the batches, so the pictures just indexed already match."""
+        stored = self.catalog.metadata_states(library_id)
+        stale = [(stored[e.rel_path][0], e) for e in entries
+                 if e.rel_path in stored and stored[e.rel_path][1] != sidecar_state(e.sidecars)]
+        for start in range(0, len(stale), self.batch_size):
+            if cancel.cancelled:
+                summary.cancelled = True
+                return
+            chunk = stale[start : start + self.batch_size]
+            photos = list(pool.map(read_entry_metadata, [e for _, e in chunk]))
+            self.catalog.write_metadata([(image_id, m) for (image_id, _), m in zip(chunk, photos, strict=True)])
+            for (_, e), m in zip(chunk, photos, strict=True):
+                _note_metadata(summary, e, m)
+            summary.xmp_reread += len(chunk)
+            done = start + len(chunk)
+            yield Progress("metadata", done, len(stale), f"{done}/{len(stale)} sidecar changes read")
+
     def _commit_batch(
         self,
         batch: list[_Prepared],
@@ -455,6 +496,8 @@ class Indexer:
         model_id = self.embedder.identity
         writes: list[ImageWrite] = []
         vectors: list[np.ndarray | None] = []
+        photos: list[PhotoMetadata | None] = []  # of each write (None: an unreadable file)
+        touched_photos: list[tuple[int, PhotoMetadata]] = []
         touches: list[tuple[int, int, int]] = []
         summary.embedded += sum(1 for p in batch if p.needs_model)
         removed_from_index: list[int] = []
@@ -462,10 +505,13 @@ class Indexer:
             e, prev = p.candidate.entry, p.candidate.previous
             base = dict(library_id=library_id, rel_path=e.rel_path, size=e.size, mtime_ns=e.mtime_ns,
                         content_hash=p.content_hash)
+            if p.error is None and p.photo is not None:
+                _note_metadata(summary, e, p.photo)
             if p.error is not None:
                 writes.append(ImageWrite(**base, status=STATUS_UNREADABLE, reason=p.error,
                                          image_id=prev.id if prev else None))
                 vectors.append(None)
+                photos.append(None)
                 summary.unreadable.append({"path": e.rel_path, "reason": p.error})
                 if prev is not None:
                     removed_from_index.append(prev.id)
@@ -473,6 +519,8 @@ class Indexer:
             same_content = prev is not None and prev.status == STATUS_OK and prev.content_hash == p.content_hash
             if same_content and not p.needs_model and p.candidate.has_vector:
                 touches.append((prev.id, e.size, e.mtime_ns))
+                if p.photo is not None:
+                    touched_photos.append((prev.id, p.photo))
                 summary.unchanged += 1
                 continue
             if same_content and not p.candidate.has_vector:
@@ -481,6 +529,7 @@ class Indexer:
                 writes.append(ImageWrite(**base, status=STATUS_OK, **_meta_fields(p.meta),
                                          image_id=prev.id if prev else None, vector=p.vector))
                 vectors.append(p.vector)
+                photos.append(p.photo)
                 if prev is None or prev.status == STATUS_DELETED:
                     summary.new += 1
                 else:
@@ -494,6 +543,7 @@ class Indexer:
                     removed_from_index.append(prev.id)
                 writes.append(ImageWrite(**base, status=STATUS_OK, **_meta_fields(src), image_id=src.id))
                 vectors.append(None)
+                photos.append(p.photo)
                 summary.moved += 1
                 continue
             copy = self.catalog.embedded_copy(p.content_hash, model_id)
@@ -509,6 +559,7 @@ class Indexer:
                     writes.append(ImageWrite(**base, status=STATUS_UNREADABLE, reason=exc.reason,
                                              image_id=prev.id if prev else None))
                     vectors.append(None)
+                    photos.append(None)
                     summary.unreadable.append({"path": e.rel_path, "reason": exc.reason})
                     continue
             else:
@@ -518,20 +569,38 @@ class Indexer:
             writes.append(ImageWrite(**base, status=STATUS_OK, image_id=prev.id if prev else None,
                                      vector=vec, **donor))
             vectors.append(vec)
+            photos.append(p.photo)
             if prev is None or prev.status == STATUS_DELETED:
                 summary.new += 1
             else:
                 summary.changed += 1
         if touches:
             self.catalog.touch_images(touches)
+        metadata_rows = touched_photos
         if writes:
             ids = self.catalog.write_batch(model_id, writes)
             add_ids = [i for i, v in zip(ids, vectors, strict=True) if v is not None]
             if add_ids:
                 index.add(np.asarray(add_ids, dtype=np.int64),
                           np.stack([v for v in vectors if v is not None]))
+            metadata_rows += [(i, m) for i, m in zip(ids, photos, strict=True) if m is not None]
+        if metadata_rows:
+            # Its own transaction, after the batch's: a crash in between leaves pictures without
+            # metadata, which the next scan finds (no stored state) and reads again.
+            self.catalog.write_metadata(metadata_rows)
         if removed_from_index:
             index.delete(np.asarray(removed_from_index, dtype=np.int64))
+
+
+def read_entry_metadata(entry: FileEntry) -> PhotoMetadata:
+    """The XMP of a scanned picture: its sidecars and embedded packet (engine.metadata)."""
+    return read_photo_metadata(entry.abs_path, entry.sidecars, follow_symlinks=entry.followed_link,
+                               pair_of=entry.pair_of)
+
+
+def _note_metadata(summary: IndexSummary, entry: FileEntry, photo: PhotoMetadata) -> None:
+    summary.xmp_read += 1
+    summary.xmp_problems.extend({"path": entry.rel_path, "reason": r} for r in photo.problems)
 
 
 def _results_unless_cancelled(futures: Sequence[Future[_Prepared]], cancel: CancelToken) -> list[_Prepared] | None:

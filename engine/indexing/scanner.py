@@ -2,13 +2,16 @@
 
 Hidden and system folders are skipped, symlinked folders are followed once (loops are
 detected by device+inode), symlinked files are followed, and unreadable entries are reported,
-never fatal. The scan only describes the tree: what a path names may change before the file is
+never fatal. Each picture carries the XMP sidecar files named after it in its folder
+(engine.metadata.match_sidecars: IMG.CR2.xmp and IMG.xmp), so a re-scan sees a sidecar added,
+edited or removed even when the picture itself did not change. The scan only describes the tree: what a path names may change before the file is
 read, so readers open it with engine.fileutil.open_user_file (passing `followed_link` on as
 follow_symlinks, so that a plain file swapped for a link is refused).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 from collections.abc import Iterator
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.jobs import CancelToken
+from engine.metadata import SidecarFile, is_sidecar_name, match_sidecars
 
 # Folders that hold OS or NAS bookkeeping, never a user's photos.
 SYSTEM_FOLDERS = frozenset(
@@ -41,6 +45,10 @@ class FileEntry:
     size: int
     mtime_ns: int
     followed_link: bool = False  # the path was a symbolic link at scan time (and was followed)
+    sidecars: tuple[SidecarFile, ...] = ()  # the XMP sidecars named after it (whole-name ones first)
+    # RAW+JPEG pairs indexed once: the names of the pair's files left out, which this one stands for
+    # (their sidecars are among `sidecars`; see with_pair_sidecars).
+    pair_of: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,9 @@ def scan_folder(
             yield Skipped(rel_folder or ".", f"unreadable folder: {exc.strerror or exc}")
             continue
         subfolders: list[tuple[Path, str]] = []
+        # The folder's results in name order; pictures get their sidecars once the folder is listed.
+        found: list[FileEntry | Skipped] = []
+        xmp_files: dict[str, list[SidecarFile]] = {}
         for entry in entries:
             rel = f"{rel_folder}/{entry.name}" if rel_folder else entry.name
             try:
@@ -86,14 +97,14 @@ def scan_folder(
                 st = entry.stat(follow_symlinks=True)
             except FileNotFoundError:
                 if is_link:
-                    yield Skipped(rel, "broken symlink")
+                    found.append(Skipped(rel, "broken symlink"))
                 continue  # vanished between listing and stat
             except PermissionError:
-                yield Skipped(rel, "permission denied")
+                found.append(Skipped(rel, "permission denied"))
                 continue
             except OSError as exc:
                 # ELOOP for a symlink pointing at itself, EIO on failing media, ...
-                yield Skipped(rel, f"unreadable: {exc.strerror or exc}")
+                found.append(Skipped(rel, f"unreadable: {exc.strerror or exc}"))
                 continue
             if stat.S_ISDIR(st.st_mode):
                 if _skip_dir(entry.name):
@@ -101,19 +112,29 @@ def scan_folder(
                 key = (st.st_dev, st.st_ino)
                 if key in visited:
                     if is_link:
-                        yield Skipped(rel, "symlink loop")
+                        found.append(Skipped(rel, "symlink loop"))
                     continue
                 visited.add(key)
                 subfolders.append((Path(entry.path), rel))
             elif stat.S_ISREG(st.st_mode):
                 if entry.name.startswith("."):
                     continue
+                if is_sidecar_name(entry.name):
+                    xmp_files.setdefault(entry.name.casefold(), []).append(
+                        SidecarFile(entry.name, Path(entry.path), st.st_size, st.st_mtime_ns, followed_link=is_link))
+                    continue
                 if os.path.splitext(entry.name)[1].lower() not in extensions:
                     continue
                 if not os.access(entry.path, os.R_OK):
-                    yield Skipped(rel, "permission denied")
+                    found.append(Skipped(rel, "permission denied"))
                     continue
-                yield FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns, followed_link=is_link)
+                found.append(FileEntry(rel, Path(entry.path), st.st_size, st.st_mtime_ns, followed_link=is_link))
+        for item in found:
+            if isinstance(item, FileEntry) and xmp_files:
+                sidecars = match_sidecars(item.abs_path.name, xmp_files)
+                if sidecars:
+                    item = dataclasses.replace(item, sidecars=sidecars)
+            yield item
         # Depth-first in name order, so scans are deterministic.
         stack.extend(reversed(subfolders))
 
@@ -150,3 +171,27 @@ def split_raw_pairs(
         stem, ext = os.path.splitext(e.rel_path)
         (left_out if ext.lower() in drop and stem.casefold() in paired else kept).append(e)
     return kept, left_out
+
+
+def with_pair_sidecars(kept: list[FileEntry], left_out: list[FileEntry]) -> list[FileEntry]:
+    """`kept` with, on the picture that stands for a RAW+JPEG pair, the XMP sidecars of the pair's
+    file left out (split_raw_pairs): the pair is one shot, and its keywords and rating usually live
+    in the RAW's sidecar (Lightroom's IMG_0001.xmp marked for CR2, darktable's IMG_0001.CR2.xmp)
+    while the JPEG is what is indexed. engine.metadata.read_photo_metadata orders them."""
+    partners: dict[str, list[FileEntry]] = {}
+    for e in left_out:
+        partners.setdefault(os.path.splitext(e.rel_path)[0].casefold(), []).append(e)
+    if not partners:
+        return kept
+    out: list[FileEntry] = []
+    for e in kept:
+        others = partners.get(os.path.splitext(e.rel_path)[0].casefold())
+        if not others:
+            out.append(e)
+            continue
+        have = {s.path for s in e.sidecars}
+        extra = tuple(dataclasses.replace(s, pair_of=o.abs_path.name)
+                      for o in others for s in o.sidecars if s.path not in have)
+        out.append(dataclasses.replace(e, sidecars=e.sidecars + extra,
+                                       pair_of=tuple(o.abs_path.name for o in others)))
+    return out

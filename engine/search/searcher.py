@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.catalog import Catalog, ImageFilter
-from engine.catalog.catalog import KEPT_BY_FILE_TIME, MISSING_FIELD_RULES
+from engine.catalog.catalog import COUNTED_AS_UNRATED, KEPT_BY_FILE_TIME, MISSING_FIELD_RULES
 from engine.catalog.dates import picture_date
 from engine.errors import DecodeError, QueryError
 from engine.index.store import IndexStore
@@ -54,7 +54,9 @@ def _check_arrangement(order: str, cutoff: float | None) -> None:
         RELEVANCE_CUTOFF.check(cutoff)
 
 
-_FIELD_WORDS = {"date": ("date filter", "no EXIF date"), "camera": ("camera filter", "no camera recorded")}
+_FIELD_WORDS = {"date": ("date filter", "no EXIF date"), "camera": ("camera filter", "no camera recorded"),
+                "rating": ("rating filter", "no rating"), "label": ("label filter", "no colour label"),
+                "keyword": ("keyword filter", "no keywords")}
 
 
 def gap_notes(gaps: dict[str, int]) -> list[str]:
@@ -67,6 +69,8 @@ def gap_notes(gaps: dict[str, int]) -> list[str]:
         pictures = f"{n} picture{'s' if n != 1 else ''} with {lacking}"
         if MISSING_FIELD_RULES.get(name) == KEPT_BY_FILE_TIME:
             notes.append(f"{what}: {pictures} dated by the file's modification time instead")
+        elif MISSING_FIELD_RULES.get(name) == COUNTED_AS_UNRATED:
+            notes.append(f"{what}: {pictures} counted as unrated (0)")
         else:
             notes.append(f"{what}: {pictures} left out")
     return notes

@@ -84,7 +84,7 @@ def test_date_filters_keep_undated_pictures_by_their_file_time_and_say_so(tmp_pa
         assert cat.filter_gaps(lib.id, ImageFilter(camera="fuji", before="2020-01-01")) == {"camera": 0, "date": 1}
         assert cat.filter_gaps(lib.id, ImageFilter(folder="/elsewhere", camera="x")) == {}
         assert cat.filter_gaps(lib.id, ImageFilter(folder=str(tmp_path))) == {}
-    assert set(MISSING_FIELD_RULES) == {"date", "camera"}
+    assert set(MISSING_FIELD_RULES) == {"date", "camera", "rating", "label", "keyword"}
     assert gap_notes({"date": 1, "camera": 3}) == [
         "date filter: 1 picture with no EXIF date dated by the file's modification time instead",
         "camera filter: 3 pictures with no camera recorded left out",

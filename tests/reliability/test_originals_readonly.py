@@ -51,6 +51,15 @@ def build_originals(tree: Path, sample_master: Path, blip_tiny_checkpoint: Path)
     write_image(photos / "raw" / "IMG_9001.JPG", stored, "JPEG", orientation=6)
     raw = write_dng(photos / "raw" / "IMG_9002.dng", stored, orientation=6)
     (photos / "link-to-first.jpg").symlink_to(imgs[0])  # links inside a tree stay as they are
+    # XMP sidecars as darktable (whole name) and Lightroom (stem) write them, and a hostile one:
+    # indexing reads them, nothing may write them (issue 20: sidecars are written only by an export).
+    xmp = Path(__file__).resolve().parents[1] / "data" / "xmp"
+    shutil.copy(xmp / "darktable.xmp", imgs[0].with_name(imgs[0].name + ".xmp"))
+    lightroom = (xmp / "lightroom-classic.xmp").read_text(encoding="utf-8")
+    imgs[1].with_suffix(".xmp").write_text(lightroom.replace('photoshop:SidecarForExtension="NEF"', ""),
+                                           encoding="utf-8")
+    shutil.copy(xmp / "billion-laughs.xmp", imgs[2].with_name(imgs[2].name + ".xmp"))
+    shutil.copy(xmp / "digikam.xmp", photos / "raw" / "IMG_9001.DNG.xmp")  # the pair's RAW's sidecar
     captions = tree / "captions.jsonl"
     captions.write_text("\n".join([
         json.dumps({"image": str(imgs[0].relative_to(tree)), "caption": QUERY}),
@@ -103,6 +112,8 @@ def test_every_cli_verb_leaves_the_originals_untouched(home, cli, tmp_path, orig
         (("index", str(f["photos"]), *model, "--raw-jpeg-pairs", "both", "--quiet"), (0,)),  # the pair's RAW too
         (("search", QUERY, *model, "--json"), (0,)),
         (("search", QUERY, *model, "--folder", str(f["photos"]), "--rerank", "--json"), (0,)),
+        (("search", QUERY, *model, "--keyword", "Places|Norway", "--rating", "3", "--label", "yellow", "--json"),
+         (0,)),
         (("search", "--image", str(f["image"]), *model), (0,)),
         (("search", "--image", str(f["raw"]), *model), (0,)),
         (("search", QUERY, *model, "--sort", "date-new", "--cutoff", "0.05", "--after", "2000-01-01"), (0,)),
@@ -128,7 +139,12 @@ def test_every_cli_verb_leaves_the_originals_untouched(home, cli, tmp_path, orig
         assert rc in ok_codes, f"longlens {' '.join(args[:2])} exited {rc}: {err[-2000:]}"
         assert "Traceback" not in err
         assert_unchanged(tree, before, f"longlens {' '.join(args[:2])}")
-    # The verbs did real work (outside the tree): results exist.
+    # The verbs did real work (outside the tree): results exist, the sidecars were read.
+    rc, stdout, _err = cli("search", QUERY, *model, "--keyword", "Places|Norway|Bergen", "--json")
+    assert rc == 0 and [Path(r["path"]).name for r in json.loads(stdout)["results"]] == [f["image"].name]
+    # The last index took both files of the RAW+JPEG pair: the RAW's sidecar is the RAW's alone.
+    rc, stdout, _err = cli("search", QUERY, *model, "--keyword", "People|Family", "--json")
+    assert rc == 0 and [Path(r["path"]).name for r in json.loads(stdout)["results"]] == ["IMG_9001.DNG"]
     assert (out / "ground").is_dir() and (out / "check.jsonl").is_file() and (out / "eval").is_dir()
     assert (out / "duplicates.csv").is_file() and (out / "duplicates.json").is_file()
     assert (home / "data" / "catalog.sqlite3").is_file()

@@ -49,6 +49,13 @@ def test_gui_flows_leave_the_originals_untouched(qtbot, window, tmp_path, sample
         view.grid.setCurrentIndex(view.model.index(1))
         with qtbot.waitSignal(view.results_shown, timeout=20000):
             view.find_similar_current()
+        view.keyword_edit.setText("Places|Norway|Bergen")  # read from the darktable sidecar in the tree
+        settle(qtbot, view.run_text_query(QUERY))
+        assert [view.model.hit(i).path for i in range(view.model.rowCount())] == [str(f["image"])]
+        view.keyword_edit.setText("People|Family")  # from the sidecar of the RAW+JPEG pair's RAW: the JPEG
+        settle(qtbot, view.run_text_query(QUERY))
+        assert [view.model.hit(i).path.rsplit("/", 1)[-1] for i in range(view.model.rowCount())] == ["IMG_9001.JPG"]
+        view.keyword_edit.clear()
         # The order and the cut-off run the search again by themselves (issue 20 item 5).
         with qtbot.waitSignal(view.results_shown, timeout=20000):
             view.sort_box.setCurrentIndex(view.sort_box.findData("date-old"))
@@ -71,6 +78,7 @@ def test_gui_flows_leave_the_originals_untouched(qtbot, window, tmp_path, sample
         view.open_current()
         insp = window.inspector_view
         settle(qtbot, insp.image_job)
+        settle(qtbot, insp.metadata_job)
         if insp.ground_job is not None:
             settle(qtbot, insp.ground_job, timeout_ms=60000)
         assert not insp.canvas.image().isNull()

@@ -1,0 +1,359 @@
+"""Finding the XMP packet embedded in a picture, without decoding a single pixel.
+
+Where each container keeps it (the Adobe XMP specification, part 3, and the formats' own specs):
+
+  JPEG       an APP1 segment whose payload starts with "http://ns.adobe.com/xap/1.0/\\0"
+  TIFF, DNG and the TIFF-based RAWs (CR2, NEF, ARW, PEF, ORF, RW2)   tag 700 of an IFD
+  PNG        an iTXt chunk with the keyword "XML:com.adobe.xmp" (possibly deflated)
+  WebP       the "XMP " chunk of the RIFF container
+  HEIC, AVIF (ISO base media)   an item of type "mime" with content type application/rdf+xml in
+             the meta box (located through iloc); CR3 and other ISO files: a uuid box with the XMP UUID
+
+The container is recognised by its first bytes, not by the file name. Every read is bounded (a
+packet of at most MAX_XMP_BYTES, a bounded number of segments, chunks, boxes and IFDs), so a
+hostile or truncated file costs little and yields None. Files are opened only through
+engine.fileutil.open_user_file. JPEG's extended XMP (a packet split over several APP1 segments)
+is not joined: the fields read here live in the main packet.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from typing import BinaryIO
+
+from engine.fileutil import open_user_file
+from engine.metadata.xmp import MAX_XMP_BYTES
+
+JPEG_XMP_SIGNATURE = b"http://ns.adobe.com/xap/1.0/\x00"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_XMP_KEYWORD = b"XML:com.adobe.xmp"
+TIFF_XMP_TAG = 700
+# The UUID of XMP boxes in ISO base media files (be7acfcb-97a9-42e8-9c71-999491e3afac).
+XMP_UUID = bytes.fromhex("be7acfcb97a942e89c71999491e3afac")
+MAX_STEPS = 10_000  # segments, chunks, boxes or IFD entries looked at before giving up
+MAX_IFDS = 8
+_TIFF_MAGIC = {b"II*\x00": "<", b"MM\x00*": ">", b"IIRO": "<", b"IIU\x00": "<", b"MMOR": ">", b"II+\x00": "<",
+               b"MM\x00+": ">"}
+
+
+def read_embedded_xmp(path: os.PathLike[str] | str, *, follow_symlinks: bool = True) -> bytes | None:
+    """The XMP packet embedded in the picture at `path`, or None when it holds none (or its
+    container is too damaged to find one). Raises OSError when the file cannot be opened."""
+    with open_user_file(path, follow_symlinks=follow_symlinks) as f:
+        return find_xmp(f, f.size)
+
+
+def find_xmp(f: BinaryIO, size: int) -> bytes | None:
+    """The XMP packet in an open, seekable picture file of `size` bytes, or None."""
+    head = f.read(16)
+    try:
+        if head[:2] == b"\xff\xd8":
+            return _jpeg(f)
+        if head[:8] == PNG_SIGNATURE:
+            return _png(f)
+        if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+            return _webp(f, size)
+        if head[:4] in _TIFF_MAGIC:
+            return _tiff(f, head, size)
+        if head[4:8] == b"ftyp":
+            return _isobmff(f, size)
+    except (struct.error, ValueError, zlib.error, OverflowError):
+        return None  # a damaged container: the decoder reports the picture itself
+    return None
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    if n < 0 or n > MAX_XMP_BYTES:
+        raise ValueError("length out of bounds")
+    data = f.read(n)
+    if len(data) != n:
+        raise ValueError("truncated")
+    return data
+
+
+# --------------------------------------------------------------------------- JPEG
+
+
+def _jpeg(f: BinaryIO) -> bytes | None:
+    f.seek(2)
+    for _ in range(MAX_STEPS):
+        byte = f.read(1)
+        if byte != b"\xff":
+            return None  # not at a marker: the stream is damaged
+        marker = f.read(1)
+        while marker == b"\xff":  # fill bytes
+            marker = f.read(1)
+        if not marker:
+            return None
+        m = marker[0]
+        if m == 0x01 or 0xD0 <= m <= 0xD8:
+            continue  # markers without a length
+        if m in (0xDA, 0xD9):
+            return None  # start of scan / end of image: every APPn segment comes before
+        (length,) = struct.unpack(">H", _read_exact(f, 2))
+        if length < 2:
+            return None
+        body = length - 2
+        if m == 0xE1 and body >= len(JPEG_XMP_SIGNATURE):
+            sig = _read_exact(f, len(JPEG_XMP_SIGNATURE))
+            if sig == JPEG_XMP_SIGNATURE:
+                return _read_exact(f, body - len(sig))
+            f.seek(body - len(sig), os.SEEK_CUR)
+        else:
+            f.seek(body, os.SEEK_CUR)
+    return None
+
+
+# --------------------------------------------------------------------------- PNG and WebP
+
+
+def _png(f: BinaryIO) -> bytes | None:
+    f.seek(8)
+    for _ in range(MAX_STEPS):
+        header = f.read(8)
+        if len(header) < 8:
+            return None
+        length, kind = struct.unpack(">I4s", header)
+        if kind == b"IEND":
+            return None
+        if kind == b"iTXt" and length <= MAX_XMP_BYTES:
+            data = _read_exact(f, length)
+            f.seek(4, os.SEEK_CUR)  # CRC
+            keyword, _, rest = data.partition(b"\x00")
+            if keyword != PNG_XMP_KEYWORD or len(rest) < 2:
+                continue
+            compressed = rest[0] == 1
+            _lang, _, rest = rest[2:].partition(b"\x00")
+            _translated, _, text = rest.partition(b"\x00")
+            if compressed:
+                inflater = zlib.decompressobj()
+                text = inflater.decompress(text, MAX_XMP_BYTES)
+                if inflater.unconsumed_tail:
+                    return None  # inflates past the limit: a bomb, not a packet
+            return text
+        f.seek(length + 4, os.SEEK_CUR)
+    return None
+
+
+def _webp(f: BinaryIO, size: int) -> bytes | None:
+    f.seek(12)
+    for _ in range(MAX_STEPS):
+        header = f.read(8)
+        if len(header) < 8:
+            return None
+        kind, length = struct.unpack("<4sI", header)
+        if kind == b"XMP ":
+            return _read_exact(f, length)
+        if f.tell() + length > size:
+            return None
+        f.seek(length + (length & 1), os.SEEK_CUR)
+    return None
+
+
+# --------------------------------------------------------------------------- TIFF family
+
+
+def _tiff(f: BinaryIO, head: bytes, size: int) -> bytes | None:
+    endian = _TIFF_MAGIC[head[:4]]
+    big = head[2:4] in (b"+\x00", b"\x00+")  # BigTIFF: 8-byte offsets and counts
+    if big:
+        (offset,) = struct.unpack(endian + "Q", head[8:16])
+    else:
+        (offset,) = struct.unpack(endian + "I", head[4:8])
+    seen: set[int] = set()
+    steps = 0
+    for _ in range(MAX_IFDS):
+        if offset == 0 or offset in seen or offset >= size:
+            return None
+        seen.add(offset)
+        f.seek(offset)
+        if big:
+            (count,) = struct.unpack(endian + "Q", _read_exact(f, 8))
+        else:
+            (count,) = struct.unpack(endian + "H", _read_exact(f, 2))
+        entry_size = 20 if big else 12
+        if count > MAX_STEPS - steps:
+            return None
+        steps += count
+        entries = _read_exact(f, count * entry_size)
+        for i in range(count):
+            e = entries[i * entry_size:(i + 1) * entry_size]
+            if big:
+                tag, kind, n = struct.unpack(endian + "HHQ", e[:12])
+                inline, value = 8, e[12:20]
+            else:
+                tag, kind, n = struct.unpack(endian + "HHI", e[:8])
+                inline, value = 4, e[8:12]
+            if tag != TIFF_XMP_TAG or kind not in (1, 7):  # BYTE or UNDEFINED
+                continue
+            if n <= inline:
+                return value[:n]
+            (at,) = struct.unpack(endian + ("Q" if big else "I"), value)
+            if at + n > size:
+                return None
+            f.seek(at)
+            return _read_exact(f, n)
+        (offset,) = struct.unpack(endian + ("Q" if big else "I"), _read_exact(f, 8 if big else 4))
+    return None
+
+
+# --------------------------------------------------------------------------- ISO base media (HEIC, AVIF, CR3)
+
+
+def _boxes(f: BinaryIO, start: int, end: int):
+    """(type, payload start, payload end) of the boxes between start and end."""
+    at = start
+    for _ in range(MAX_STEPS):
+        if at + 8 > end:
+            return
+        f.seek(at)
+        size, kind = struct.unpack(">I4s", _read_exact(f, 8))
+        header = 8
+        if size == 1:
+            (size,) = struct.unpack(">Q", _read_exact(f, 8))
+            header = 16
+        elif size == 0:
+            size = end - at
+        if size < header or at + size > end:
+            return
+        yield kind, at + header, at + size
+        at += size
+
+
+def _isobmff(f: BinaryIO, size: int) -> bytes | None:
+    for kind, start, end in _boxes(f, 0, size):
+        if kind == b"uuid":
+            found = _uuid_xmp(f, start, end)
+            if found is not None:
+                return found
+        elif kind == b"meta":
+            found = _meta_xmp(f, start + 4, end)  # meta is a full box: version and flags first
+            if found is not None:
+                return found
+        elif kind == b"moov":
+            for inner, s, e in _boxes(f, start, end):
+                if inner == b"uuid":
+                    found = _uuid_xmp(f, s, e)
+                    if found is not None:
+                        return found
+    return None
+
+
+def _uuid_xmp(f: BinaryIO, start: int, end: int) -> bytes | None:
+    f.seek(start)
+    if end - start < 16 or f.read(16) != XMP_UUID:
+        return None
+    return _read_exact(f, end - start - 16)
+
+
+def _cstring(data: bytes, at: int) -> tuple[bytes, int]:
+    stop = data.find(b"\x00", at)
+    if stop < 0:
+        return data[at:], len(data)
+    return data[at:stop], stop + 1
+
+
+def _meta_xmp(f: BinaryIO, start: int, end: int) -> bytes | None:
+    xmp_item: int | None = None
+    iloc: bytes | None = None
+    idat_start = None
+    for kind, s, e in _boxes(f, start, end):
+        if kind == b"iinf":
+            xmp_item = _xmp_item_id(f, s, e)
+        elif kind == b"iloc":
+            f.seek(s)
+            iloc = _read_exact(f, e - s)
+        elif kind == b"idat":
+            idat_start = s
+    if xmp_item is None or iloc is None:
+        return None
+    extents = _item_extents(iloc, xmp_item)
+    if not extents:
+        return None
+    parts, total = [], 0
+    for method, offset, length in extents:
+        if method == 1:
+            if idat_start is None:
+                return None
+            offset += idat_start
+        elif method != 0:
+            return None  # construction from other items: not used for XMP
+        total += length
+        if total > MAX_XMP_BYTES:
+            return None
+        f.seek(offset)
+        parts.append(_read_exact(f, length))
+    return b"".join(parts)
+
+
+def _xmp_item_id(f: BinaryIO, start: int, end: int) -> int | None:
+    f.seek(start)
+    version = _read_exact(f, 4)[0]
+    count_size = 2 if version == 0 else 4
+    f.seek(start + 4 + count_size)
+    for kind, s, e in _boxes(f, start + 4 + count_size, end):
+        if kind != b"infe" or e - s > 4096:
+            continue
+        f.seek(s)
+        data = _read_exact(f, e - s)
+        v = data[0]
+        if v >= 2:
+            id_size = 2 if v == 2 else 4
+            item_id = int.from_bytes(data[4:4 + id_size], "big")
+            at = 4 + id_size + 2
+            item_type = data[at:at + 4]
+            if item_type != b"mime":
+                continue
+            _name, at = _cstring(data, at + 4)
+            content_type, _ = _cstring(data, at)
+        else:
+            item_id = int.from_bytes(data[4:6], "big")
+            _name, at = _cstring(data, 8)
+            content_type, _ = _cstring(data, at)
+        if content_type.strip().lower() == b"application/rdf+xml":
+            return item_id
+    return None
+
+
+def _item_extents(data: bytes, wanted: int) -> list[tuple[int, int, int]]:
+    """(construction method, offset, length) of the item's extents in an iloc box's payload."""
+    version = data[0]
+    sizes = data[4]
+    offset_size, length_size = sizes >> 4, sizes & 0x0F
+    second = data[5]
+    base_size = second >> 4
+    index_size = second & 0x0F if version in (1, 2) else 0
+    at = 6
+    if version < 2:
+        count, at = int.from_bytes(data[at:at + 2], "big"), at + 2
+    else:
+        count, at = int.from_bytes(data[at:at + 4], "big"), at + 4
+
+    def number(n: int) -> int:
+        nonlocal at
+        if n not in (0, 2, 4, 8) or at + n > len(data):
+            raise ValueError("bad iloc field")
+        value = int.from_bytes(data[at:at + n], "big")
+        at += n
+        return value
+
+    for _ in range(min(count, MAX_STEPS)):
+        item_id = number(2 if version < 2 else 4)
+        method = 0
+        if version in (1, 2):
+            method = number(2) & 0x0F
+        number(2)  # data reference index
+        base = number(base_size)
+        extent_count = number(2)
+        extents = []
+        for _ in range(extent_count):
+            if index_size:
+                number(index_size)
+            off = number(offset_size)
+            length = number(length_size)
+            extents.append((method, base + off, length))
+        if item_id == wanted:
+            return extents
+    return []
