@@ -164,6 +164,44 @@ def render(m: dict, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+COMPARE_SECTION = "lexical-shift-compare"
+
+
+def read_measurement(path: Path) -> dict:
+    """A `--json-out` file of this command, checked enough to be compared."""
+    from engine.fileutil import read_user_text
+
+    try:
+        m = json.loads(read_user_text(Path(path)))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a lexical-shift measurement ({exc})") from None
+    if not isinstance(m, dict) or m.get("benchmark") != "sceneworld-lexical-shift" or not isinstance(m.get("results"), dict):
+        raise ValueError(f"{path}: not a lexical-shift measurement (no 'sceneworld-lexical-shift' results)")
+    return m
+
+
+def render_comparison(named: Sequence[tuple[str, dict]]) -> str:
+    """Text-to-image R@1 of several measurements side by side, one row per condition; only
+    measurements of the same test scenes and rewrites are compared."""
+    first = named[0][1]
+    for name, m in named[1:]:
+        if (m["seed"], m["n"], m["rng_seed"]) != (first["seed"], first["n"], first["rng_seed"]):
+            raise ValueError(f"{name} was measured on other scenes (seed {m['seed']}, n {m['n']}, rewrite seed "
+                             f"{m['rng_seed']}) than {named[0][0]}")
+    conds = [k for k in (*MAIN_CONDITIONS, *[c for c in first["results"] if c.startswith("shift:")])
+             if all(k in m["results"] for _, m in named)]
+    labels = {"grammar": "(a) grammar", "shift": "(b) lexical shift", "reordered": "(c) reordered",
+              "merged": "(d) merged", "shift+reordered": "(b)+(c)", "shift+merged": "(b)+(d)"}
+    lines = [f"Text-to-image R@1 on {first['n']} test scenes (seed {first['seed']}, rewrite seed {first['rng_seed']}); "
+             "SceneWorld synthetic pictures, not real photos.", "",
+             "| query wording | " + " | ".join(name for name, _ in named) + " |",
+             "|---|" + "---:|" * len(named)]
+    for k in conds:
+        label = labels.get(k, k.replace("shift:", "shift: "))
+        lines.append(f"| {label} | " + " | ".join(f"{m['results'][k]['t2i_R@1']:.3f}" for _, m in named) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="longlens dev lexical-shift",
                                  description="Long-query retrieval on the SceneWorld lexical-shift set.")
@@ -179,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the section of --out to (re)write (default 'lexical-shift'; for an LM text tower "
                          "'lexical-shift-FOLDERNAME', so the baseline section stays)")
     ap.add_argument("--json-out", type=Path, help="write the measurement as JSON here")
+    ap.add_argument("--compare", nargs="+", metavar="NAME=JSON",
+                    help="measure nothing: put earlier --json-out files side by side (T2I R@1 per condition) in the "
+                         f"'{COMPARE_SECTION}' section of --out (or --section)")
     return ap
 
 
@@ -196,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     inputs = [p for p in (args.model_dir, args.text_tower) if p]
     for out in (args.out, args.json_out):
         check_script_output(parser, out, what="report", inputs=inputs)
+    if args.compare:
+        return _compare(parser, args)
     from engine.sceneworld import check_eval_seed
 
     try:
@@ -220,6 +263,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         from engine.fileutil import atomic_write_text
 
         atomic_write_text(args.json_out, json.dumps(m, indent=2) + "\n")
+    print(text)
+    return 0
+
+
+def _compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    named = []
+    for item in args.compare:
+        name, sep, path = item.rpartition("=")
+        if not sep or not name or not path:
+            parser.error(f"{item!r}: give NAME=JSON")
+        try:
+            named.append((name, read_measurement(Path(path))))
+        except ValueError as exc:
+            parser.error(str(exc))
+    try:
+        text = render_comparison(named)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.out:
+        from engine.bench.report import update_section
+
+        update_section(args.out, args.section or COMPARE_SECTION, text)
     print(text)
     return 0
 
