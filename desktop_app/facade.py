@@ -107,8 +107,9 @@ class Backend:
         self._thumbs = None
         from engine.grounding import get_grounder
 
-        # Replaceable (tests plug in a fake grounder to exercise the overlay UI).
-        self.grounder_factory: Callable[[Any], Any] = get_grounder
+        # Replaceable (tests plug in a fake grounder to exercise the overlay UI). The home's own
+        # calibrations (fitted with calibrate_grounding) come before the shipped ones.
+        self.grounder_factory: Callable[[Any], Any] = lambda embedder: get_grounder(embedder, paths=self.paths)
 
     def close(self) -> None:
         self.services.close()
@@ -434,6 +435,24 @@ class Backend:
         if sentences is None:
             return grounder.ground(image, text)
         return grounder.ground(image, text, sentences=list(sentences))
+
+    def calibration_job(self, *, data: str | None = None,
+                        scenes: int | None = None) -> Callable[[CancelToken], Iterator[Progress]]:
+        """The fit of the current model's support calibration as a job, on a labelled caption file
+        or on that many SceneWorld validation scenes; it is stored in this home and every grounding
+        made afterwards (Inspector, Review) uses it. The last Progress carries the summary."""
+        from engine.evaluation.grounding_calibration import CalibrationRequest, calibrate_job
+        from engine.grounding.calibration import user_calibration_file
+
+        req = CalibrationRequest(data=Path(data).expanduser() if data else None, scenes=scenes)
+
+        def job(token: CancelToken) -> Iterator[Progress]:
+            yield Progress("load", message="loading the model")
+            embedder = self.embedder()
+            token.raise_if_cancelled()
+            yield from calibrate_job(embedder, req, user_calibration_file(self.paths), token)
+
+        return job
 
     # -- review -----------------------------------------------------------------
     def open_review(self, path: str):

@@ -48,6 +48,16 @@ ColourRole = Qt.ItemDataRole.UserRole + 2
 
 NO_GROUNDING = ("Grounding is not available for this model, so phrase support and region overlays "
                 "are disabled.")
+UNCALIBRATED = ("Supports are uncalibrated: no calibration has been fitted for this model's weights, so "
+                "0.5 does not mean undecided. Compare phrases with each other.")
+
+
+def grounding_caption(grounding: Any) -> str:
+    """One line on how the maps and supports were made: the map method, and whether supports are
+    calibrated (the engine's Grounding.calibrated)."""
+    method = getattr(grounding, "method", "") or "maps"
+    state = "calibrated supports" if getattr(grounding, "calibrated", False) else "uncalibrated supports"
+    return f"{method} · {state}"
 
 
 class PhraseDelegate(QStyledItemDelegate):
@@ -150,6 +160,10 @@ class InspectorView(QWidget):
         self.notice = QLabel("")
         self.notice.setObjectName("grounding-notice")
         self.notice.setWordWrap(True)
+        self.calibration_note = QLabel("")
+        self.calibration_note.setObjectName("calibration-note")
+        self.calibration_note.setWordWrap(True)
+        self.calibration_note.hide()
 
         self.mode_phrase = QRadioButton("Selected phrase")
         self.mode_all = QRadioButton("All phrases")
@@ -179,6 +193,7 @@ class InspectorView(QWidget):
         self.phrase_box = QGroupBox("Phrases and support")
         pb = QVBoxLayout(self.phrase_box)
         pb.addWidget(self.notice)
+        pb.addWidget(self.calibration_note)
         pb.addLayout(modes)
         pb.addWidget(self.phrases, 1)
         pb.addLayout(op_row)
@@ -296,6 +311,7 @@ class InspectorView(QWidget):
         else:
             self.query_label.setPlainText("—")
         self.phrases.clear()
+        self.calibration_note.hide()
         self.legend.show_ramp()
         self._set_overlay_enabled(False)
         self.canvas.set_image(None)
@@ -376,15 +392,21 @@ class InspectorView(QWidget):
         self.phrases.clear()
         if grounding is None:
             self.notice.setText(NO_GROUNDING)
+            self.calibration_note.hide()
             self._set_overlay_enabled(False)
             self.canvas.clear_overlay()
             return
         self.notice.setText("Select a phrase to see where the picture supports it.")
+        calibrated = bool(getattr(grounding, "calibrated", False))
+        self.calibration_note.setText(grounding_caption(grounding) + ("" if calibrated else "\n" + UNCALIBRATED))
+        self.calibration_note.setToolTip(f"model {getattr(grounding, 'model_id', '')}")
+        self.calibration_note.show()
         for i, pm in enumerate(grounding.phrases):
             item = QListWidgetItem(pm.phrase.text)
             item.setData(SupportRole, float(pm.support))
             item.setData(ColourRole, overlay.PHRASE_COLOURS[i % len(overlay.PHRASE_COLOURS)])
-            item.setToolTip(f"{pm.phrase.text}\nsupport {pm.support:.3f} ({pm.phrase.kind})")
+            state = "" if calibrated else ", uncalibrated"
+            item.setToolTip(f"{pm.phrase.text}\nsupport {pm.support:.3f} ({pm.phrase.kind}{state})")
             self.phrases.addItem(item)
         self._set_overlay_enabled(bool(grounding.phrases))
         if grounding.phrases:

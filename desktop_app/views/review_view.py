@@ -449,7 +449,10 @@ class ReviewView(QWidget):
             self.grounding_note.setText("Grounding is not available for this model: no support tints or "
                                         "region maps.")
             return
-        self.grounding_note.setText("Tint: support of each phrase and sentence (red weak, green strong).")
+        note = "Tint: support of each phrase and sentence (red weak, green strong)."
+        if not getattr(grounding, "calibrated", False):
+            note += " Supports are uncalibrated for this model's weights: 0.5 does not mean undecided."
+        self.grounding_note.setText(note)
         self.caption.setHtml(self._caption_html(self.item, grounding))
         sup = list(getattr(grounding, "sentence_supports", []) or [])
         for row in self.rows[1:]:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.cli.grounding import library_roots, load_grounder, model_args
+from engine.cli.grounding import GROUND_FLAGS, library_roots, load_grounder, model_args, uncalibrated_note
 from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text
 from engine.grounding.items import check_caption, load_image, read_items
@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
     sc.add_argument("--threshold", type=THRESHOLD, default=LOW_SUPPORT,
                     help="supports below this are flagged low (default 0.5: undecided)")
     model_args(sc)
-    sc.set_defaults(func=cmd_check, flags={"model": "--model"})
+    sc.set_defaults(func=cmd_check, flags=GROUND_FLAGS)
 
 
 def _check_outputs(args: argparse.Namespace, items: list[tuple[int, dict[str, Any] | None, str | None]]) -> Path | None:
@@ -85,6 +85,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     print(f"checked {len(items)} lines: {summary}; report in {args.out}"
           + (f", HTML in {args.html}" if args.html else ""))
+    note = uncalibrated_note(grounder)
+    if note is not None and any(rec.get("calibrated") is False for rec in records):
+        print(note, file=sys.stderr)
     return 1 if errors else 0
 
 

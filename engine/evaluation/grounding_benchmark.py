@@ -84,11 +84,26 @@ def _caption_items(scene: Any) -> list[tuple[str, int, str, int]]:
     return items
 
 
+def empty_support_features() -> dict[str, tuple[list, list]]:
+    return {"phrase": ([], []), "relation": ([], []), "sentence": ([], [])}
+
+
 def collect_support_features(grounder: Any, *, seed: int, n: int) -> dict[str, tuple[list, list]]:
     """Raw support features with labels per level, for calibration fitting."""
-    out: dict[str, tuple[list, list]] = {"phrase": ([], []), "relation": ([], []), "sentence": ([], [])}
+    out = empty_support_features()
+    for part in iter_support_features(grounder, seed=seed, n=n):
+        for level, (x, y) in part.items():
+            out[level][0].extend(x)
+            out[level][1].extend(y)
+    return out
+
+
+def iter_support_features(grounder: Any, *, seed: int, n: int) -> Iterator[dict[str, tuple[list, list]]]:
+    """collect_support_features one scene at a time (a job reports progress and checks its
+    cancel token between scenes)."""
     size = render_size_for(grounder.embedder)
     for scene, image, _ in _scenes(seed, n, size):
+        out = empty_support_features()
         feats = grounder.image_features(image)
         analyses = {}
         for text, label, etype, src in _caption_items(scene):
@@ -111,7 +126,7 @@ def collect_support_features(grounder: Any, *, seed: int, n: int) -> dict[str, t
                     if (lv == "relation") == (etype == "relation"):
                         out[lv][0].append(x)
                         out[lv][1].append(0)
-    return out
+        yield out
 
 
 def _chunking_recall(scene: Any, stats: dict[str, list[int]]) -> None:

@@ -2,7 +2,8 @@
 
 `get_grounder(embedder)` returns the grounder the embedder's backend makes (looked up in
 engine.models.registry; sceneworld-mini: patch-similarity or alignment maps; BLIP: ITM Grad-CAM
-maps and ITM supports), or None for a model without one; callers treat None as "grounding not available for this model".
+maps and ITM supports; CLIP: value-path or Grad-CAM maps and cosine supports), or None for a
+model without one; callers treat None as "grounding not available for this model".
 Heavy modules (torch) load only when a grounder is built.
 """
 
@@ -10,10 +11,15 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from engine.grounding.api import Grounder, Grounding, Phrase, PhraseMap
+from engine.grounding.calibration import user_calibration_file
 from engine.models.base import Embedder
+
+if TYPE_CHECKING:
+    from engine.config import Paths
 
 __all__ = ["Grounder", "Grounding", "Phrase", "PhraseMap", "get_grounder"]
 
@@ -22,14 +28,18 @@ _lock = threading.Lock()
 
 
 def get_grounder(embedder: Embedder, *, calibrated: bool = True, method: str | None = None,
-                 **options: Any) -> Grounder | None:
+                 paths: Paths | None = None, **options: Any) -> Grounder | None:
     """The grounder for `embedder`'s model, or None when none is available.
 
     calibrated=False ignores stored calibrations (used when fitting them); `method` picks a
-    map method ("patch", "align" (sceneworld-mini with an aligned head) or "gradcam"; default: the backend's best measured one).
-    Grounders are cached per embedder, so repeated GUI requests reuse loaded statistics.
+    map method ("patch", "align" (sceneworld-mini with an aligned head), "gradcam", or "value"
+    (CLIP); default: the backend's best one). `paths`: the Longlens home whose user-fitted
+    calibrations (`longlens grounding calibrate`) come before the shipped ones; None: shipped only.
+    Grounders are cached per embedder, so repeated GUI requests reuse loaded statistics; a
+    calibration fitted since (the user file changed) builds a new one.
     """
-    key = (calibrated, method, tuple(sorted(options.items())))
+    user_file = user_calibration_file(paths) if paths is not None and calibrated else None
+    key = (calibrated, method, tuple(sorted(options.items())), _stamp(user_file))
     try:
         with _lock:
             hit = _cache.get(embedder, {}).get(key)
@@ -37,7 +47,7 @@ def get_grounder(embedder: Embedder, *, calibrated: bool = True, method: str | N
         hit = None
     if hit is not None:
         return hit
-    grounder = _build(embedder, calibrated=calibrated, method=method, **options)
+    grounder = _build(embedder, calibrated=calibrated, method=method, user_file=user_file, **options)
     if grounder is not None:
         try:
             with _lock:
@@ -47,7 +57,19 @@ def get_grounder(embedder: Embedder, *, calibrated: bool = True, method: str | N
     return grounder
 
 
-def _build(embedder: Any, *, calibrated: bool, method: str | None, **options: Any) -> Grounder | None:
+def _stamp(path: Path | None) -> tuple[str, int, int] | None:
+    """What identifies a version of the user's calibration file (it is rewritten whole on save)."""
+    if path is None:
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return (str(path), -1, -1)
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+def _build(embedder: Any, *, calibrated: bool, method: str | None, user_file: Path | None,
+           **options: Any) -> Grounder | None:
     # The registry picks the backend (engine/models/registry.py: the one dispatch point).
     from engine.models.registry import backend_of
 
@@ -56,5 +78,5 @@ def _build(embedder: Any, *, calibrated: bool, method: str | None, **options: An
         return None
     from engine.grounding.calibration import load_calibration
 
-    cal = load_calibration(embedder) if calibrated else None
+    cal = load_calibration(embedder, user_file=user_file) if calibrated else None
     return backend.make_grounder(embedder, cal, method=method, **options)

@@ -102,9 +102,28 @@ class BaseGrounder:
         if x.size == 0:
             return np.zeros(0)
         x = np.atleast_2d(x)
-        if self.calibration is not None and level in self.calibration.levels:
+        if level in self.calibrated_levels():
+            assert self.calibration is not None
             return self.calibration.prob(level, x)
         return self._uncalibrated(level, x)
+
+    def calibrated_levels(self) -> frozenset[str]:
+        """The levels whose supports the calibration maps: those fitted on the features this
+        grounder computes now (a calibration stored with other features, say before a matching
+        head was added, is not applied to them)."""
+        cal = self.calibration
+        if cal is None:
+            return frozenset()
+        stored = cal.meta.get("features")
+        out = set()
+        for level, platt in cal.levels.items():
+            names = self.feature_names.get(level)
+            if isinstance(stored, dict) and names is not None and stored.get(level) != names:
+                continue
+            if names is not None and len(platt.w) != len(names):
+                continue
+            out.add(level)
+        return frozenset(out)
 
     def supports(self, a: Analysis) -> tuple[list[float], list[float]]:
         phrase = [0.0] * len(a.phrase_x)
@@ -118,7 +137,14 @@ class BaseGrounder:
 
     @property
     def calibrated(self) -> bool:
-        return self.calibration is not None
+        """Whether every level this grounder scores (phrase, relation, sentence) is calibrated."""
+        levels = set(self.feature_names) or {"phrase", "relation", "sentence"}
+        return self.calibration is not None and levels <= self.calibrated_levels()
+
+    def levels_calibrated(self, a: Analysis) -> bool:
+        """Whether the supports of this analysis are all calibrated (the levels it used)."""
+        used = set(a.phrase_levels) | ({"sentence"} if a.sentence_x else set())
+        return self.calibration is not None and used <= self.calibrated_levels()
 
     def ground(self, image: Image.Image, text: str, image_path: str = "",
                sentences: list[tuple[int, int]] | None = None) -> Grounding:
@@ -137,7 +163,7 @@ class BaseGrounder:
         ]
         path = image_path or str(getattr(image, "filename", "") or "")
         g = Grounding(path, text, list(a.chunking.sentences), maps, sent_sup, model_id=self.model_id,
-                      method=self.method, calibrated=self.calibrated)
+                      method=self.method, calibrated=self.levels_calibrated(a))
         a.timings_ms["total"] = (time.perf_counter() - t0) * 1000
         return g
 

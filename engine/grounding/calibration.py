@@ -7,7 +7,14 @@ the text model id and the SHA-256 of the model weights from the model's
 longlens-manifest.json, so a retrained model never silently reuses stale parameters.
 
 Regenerate with:  longlens dev calibrate --model sceneworld-mini
-(this module only loads and applies calibrations; fitting lives there, beside the benchmark).
+(this module only loads and applies calibrations; fitting lives in
+engine/evaluation/grounding_calibration.py, beside the benchmark).
+
+A user fits calibrations for any installed model (a CLIP model, a retrained one) with
+`longlens grounding calibrate`, on a labelled caption file or on SceneWorld validation scenes;
+those are stored in the Longlens home (`user_calibration_file(paths)`, same format and keys)
+and are looked up before the shipped file, so they are used from then on by every grounder
+built with that home (CLI and GUI).
 
 Each level ("phrase", "relation", "sentence") is a logistic regression (Platt scaling) on a
 few features, fitted on balanced positives and negatives, so p = 0.5 is the point where a
@@ -27,6 +34,8 @@ import numpy as np
 from engine.fileutil import read_user_text
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+# Calibrations a user fitted, in the Longlens home's data folder.
+USER_CALIBRATION_NAME = "grounding-calibrations.json"
 CALIBRATION_FORMAT = 1
 VALIDATION_SEED = 1500
 TEST_SEED = 2000
@@ -123,6 +132,8 @@ class Calibration:
     levels: dict[str, Platt]
     stats: dict[str, list[float]] = field(default_factory=dict)  # e.g. mean image/text embedding
     meta: dict[str, Any] = field(default_factory=dict)
+    #: The file it was read from (None: made in this process).
+    source: Path | None = field(default=None, compare=False)
 
     def prob(self, level: str, x: Sequence[float] | np.ndarray) -> np.ndarray:
         return self.levels[level].prob(x)
@@ -156,10 +167,23 @@ def load_all(path: Path = CALIBRATION_FILE) -> dict[str, Any]:
     return data
 
 
-def load_calibration(embedder: Any, path: Path = CALIBRATION_FILE) -> Calibration | None:
+def user_calibration_file(paths: Any) -> Path:
+    """Where the calibrations fitted by a user live: the home's data folder (engine.config.Paths)."""
+    return Path(paths.data) / USER_CALIBRATION_NAME
+
+
+def load_calibration(embedder: Any, path: Path = CALIBRATION_FILE, *,
+                     user_file: Path | None = None) -> Calibration | None:
+    """The calibration for the embedder's exact weights: the user's own (`user_file`) first, then
+    the one in `path` (the shipped file); None when neither has one."""
     key = calibration_key(embedder)
-    entry = load_all(path)["models"].get(key)
-    return Calibration.from_json(key, entry) if isinstance(entry, dict) else None
+    for source in ([user_file] if user_file is not None else []) + [path]:
+        entry = load_all(source)["models"].get(key)
+        if isinstance(entry, dict):
+            cal = Calibration.from_json(key, entry)
+            cal.source = Path(source)
+            return cal
+    return None
 
 
 def save_calibration(cal: Calibration, path: Path = CALIBRATION_FILE) -> None:

@@ -71,3 +71,44 @@ def argmax_point(m: np.ndarray) -> tuple[int, int]:
     m = np.asarray(m)
     idx = int(np.argmax(m))
     return idx // m.shape[1], idx % m.shape[1]
+
+
+# Maps are sharpened before centroids are taken: the peak, not the background.
+_CENTROID_POWER = 4.0
+
+
+def centroid(m: np.ndarray) -> tuple[float, float]:
+    """(x, y) of a map's sharpened mass in [0, 1] image units."""
+    w = np.clip(np.asarray(m, np.float64), 0, None) ** _CENTROID_POWER
+    h, wd = w.shape
+    total = w.sum()
+    if total <= 0:
+        return 0.5, 0.5
+    ys, xs = np.mgrid[0:h, 0:wd]
+    return float(((xs + 0.5) * w).sum() / total / wd), float(((ys + 0.5) * w).sum() / total / h)
+
+
+def relation_geometry(predicate: str | None, subj: np.ndarray, obj: np.ndarray) -> float:
+    """Signed evidence (image-width units) that `subject predicate object` holds on the maps.
+
+    Positive: the maps agree; 0: the predicate cannot be read from 2-D positions
+    (in front of / behind) or is unknown.
+    """
+    if predicate is None:
+        return 0.0
+    sx, sy = centroid(subj)
+    ox, oy = centroid(obj)
+    dist = float(np.hypot(sx - ox, sy - oy))
+    if predicate == "left_of":
+        return ox - sx
+    if predicate == "right_of":
+        return sx - ox
+    if predicate == "above":
+        return oy - sy
+    if predicate == "below":
+        return sy - oy
+    if predicate == "next_to":
+        return 0.35 - dist
+    if predicate in ("inside", "contains"):
+        return 0.15 - dist
+    return 0.0

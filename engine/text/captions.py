@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,8 @@ class CaptionRow:
     image_ref: str  # as written, stripped
     image: Path  # absolute (relative refs joined to the file's folder), not resolved
     caption: str | None  # stripped; None where the source has none (plain lists, optional captions)
+    #: The record's other keys or columns (lower-cased names, values as read), e.g. a label.
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ def _row(line_no: int, obj: dict[str, Any], base: Path, *, caption_required: boo
             exists = False
         if not exists:
             return RowProblem(line_no, "image", f"image not found: {ref}")
-    return CaptionRow(line_no, ref, p, caption)
+    extra = {k: v for k, v in lower.items() if k not in IMAGE_KEYS and k not in CAPTION_KEYS}
+    return CaptionRow(line_no, ref, p, caption, extra)
 
 
 def _jsonl(lines: Iterable[limits.TextLine], base: Path, **kw: bool) -> Iterator[CaptionRow | RowProblem]:

@@ -76,6 +76,7 @@ BACKEND = ModelBackend(
     folder_description="a CLIP folder (config.json with model_type 'clip')",
     detect=_detect,
     load_embedder=_load_embedder,
+    make_grounder=deferred("engine.backends.clip.grounder", "make_grounder"),
     detect_order=80,  # before BLIP, which takes any config.json
     importable=True,
     import_config_check=_import_config_check,

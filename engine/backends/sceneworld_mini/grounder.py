@@ -42,14 +42,13 @@ import torch.nn.functional as F
 from engine.grounding.base import Analysis, BaseGrounder, predicate_of
 from engine.grounding.calibration import Calibration, sigmoid
 from engine.grounding.chunking import Chunking, chunk
-from engine.grounding.maps import normalise
+from engine.grounding.maps import normalise, relation_geometry
 
 if TYPE_CHECKING:
     from PIL import Image
 
 SHIFTS: tuple[tuple[int, int], ...] = ((0, 0), (0, 4), (4, 0), (4, 4))
 MAP_GRID = 16  # half-patch resolution of the shifted maps
-_CENTROID_POWER = 4.0  # sharpen maps before taking centroids: the peak, not the background
 
 
 @dataclass
@@ -310,40 +309,3 @@ class MiniGrounder(BaseGrounder):
             return sigmoid(x[:, 0])  # the head was trained class-balanced: logit 0 = undecided
         scale = {"phrase": 20.0, "relation": 10.0, "sentence": 20.0}[level]
         return sigmoid(scale * x[:, 0])
-
-
-def centroid(m: np.ndarray) -> tuple[float, float]:
-    """(x, y) of a map's sharpened mass in [0, 1] image units."""
-    w = np.clip(np.asarray(m, np.float64), 0, None) ** _CENTROID_POWER
-    h, wd = w.shape
-    total = w.sum()
-    if total <= 0:
-        return 0.5, 0.5
-    ys, xs = np.mgrid[0:h, 0:wd]
-    return float(((xs + 0.5) * w).sum() / total / wd), float(((ys + 0.5) * w).sum() / total / h)
-
-
-def relation_geometry(predicate: str | None, subj: np.ndarray, obj: np.ndarray) -> float:
-    """Signed evidence (image-width units) that `subject predicate object` holds on the maps.
-
-    Positive: the maps agree; 0: the predicate cannot be read from 2-D positions
-    (in front of / behind) or is unknown.
-    """
-    if predicate is None:
-        return 0.0
-    sx, sy = centroid(subj)
-    ox, oy = centroid(obj)
-    dist = float(np.hypot(sx - ox, sy - oy))
-    if predicate == "left_of":
-        return ox - sx
-    if predicate == "right_of":
-        return sx - ox
-    if predicate == "above":
-        return oy - sy
-    if predicate == "below":
-        return sy - oy
-    if predicate == "next_to":
-        return 0.35 - dist
-    if predicate in ("inside", "contains"):
-        return 0.15 - dist
-    return 0.0
