@@ -1,7 +1,8 @@
 """The CLIP-family backend: transformers' CLIPModel folders (OpenAI CLIP ViT-B/16 and ViT-L/14-336,
 77 text tokens; Long-CLIP B and L, 248 tokens, converted once from their official OpenAI-layout
-.pt files by engine/backends/clip/convert.py, at pull or by `models convert`). Embedder, text-tower
-overrides (engine/backends/clip/text_tower.py) and a training adapter (engine/backends/clip/
+.pt files by engine/backends/clip/convert.py, at pull or by `models convert`). Embedder, grounder
+(engine/backends/clip/grounder.py: value-path or Grad-CAM patch maps, supports uncalibrated until
+`longlens grounding calibrate` fits them), text-tower overrides (engine/backends/clip/text_tower.py) and a training adapter (engine/backends/clip/
 training.py: CLIP's own text tower trained with C1-C10 on the frozen vision tower; LM text towers
 train on the same frozen image embeddings through engine/training/lm_tower_adapter.py). Cheap to
 import; torch and transformers load inside the hooks.

@@ -74,13 +74,19 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         f"{r['compute_dtype']} | {r['images_per_s']} | {r['query_ms_median']} |\n" for r in rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("archs", nargs="*", default=list(ARCHS))
+def build_parser() -> argparse.ArgumentParser:
+    from engine import options
+
+    p = argparse.ArgumentParser(prog="python -m engine.backends.clip.bench", description=__doc__.splitlines()[0])
+    p.add_argument("archs", nargs="*", default=list(ARCHS), help=f"architectures (default: all of {', '.join(ARCHS)})")
     p.add_argument("--size", choices=("tiny", "real"), default="real")
-    p.add_argument("--images", type=int, default=8)
+    p.add_argument("--images", type=options.count("number of images", 1, 10_000), default=8)
     p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     rows = []
     for name in args.archs:
         rows.append(cpu_speed(name, args.size, images=args.images))
