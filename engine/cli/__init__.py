@@ -27,12 +27,13 @@ from engine.cli import (
     review,
     search,
     training,
+    xmp,
 )
 from engine.cli.common import flag_hint
 from engine.errors import JobCancelled, LonglensError
 
 # The areas in the order `longlens --help` lists their commands.
-AREAS = (library, models, search, duplicates, gui, cluster, training, evaluation, grounding, review, datagen, bench, demo, dev)
+AREAS = (library, models, search, duplicates, xmp, gui, cluster, training, evaluation, grounding, review, datagen, bench, demo, dev)
 # Every command module, by name (the installer bundles each: tests/installer checks the spec).
 COMMAND_MODULES: tuple[str, ...] = tuple(m.__name__ for m in AREAS)
 

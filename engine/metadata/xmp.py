@@ -350,3 +350,9 @@ def parse_gps_coordinate(text: str, refs: str, limit: float) -> float | None:
         if not math.isfinite(value):
             return None
     return round(value, 7) if abs(value) <= limit else None
+
+
+def rdf_root(data: bytes, source: str) -> ET.Element:
+    """The packet's rdf:RDF element, parsed with DTDs forbidden (engine.metadata.xmp_write reads
+    a sidecar through it before editing it). Raises XmpError as parse_xmp does."""
+    return _rdf_root(data, source)

@@ -1,0 +1,64 @@
+"""`longlens xmp export`: write review verdicts, notes and chosen keywords to XMP sidecars.
+
+    longlens xmp export CAPTIONS.jsonl --convention lightroom|darktable [--keyword PATH ...] [--dry-run]
+
+Its own verb rather than a flag of another command: it is the only command that writes into the
+user's photo folders, so it is never a side effect of something else (there is no `review` verb
+to hang it on either: review happens in the app, on caption files).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engine.cli import common
+
+XMP_FLAGS = {"convention": "--convention", "keywords": "--keyword"}
+
+
+def register(sub: Any) -> None:
+    sx = sub.add_parser("xmp", help="XMP sidecars: export review results into them (only when asked)")
+    xsub = sx.add_subparsers(dest="xmp_command", required=True)
+    se = xsub.add_parser("export", help="write the verdicts, notes and chosen keywords of a reviewed caption file "
+                         "into the pictures' XMP sidecars, merging into existing ones (backed up)")
+    se.add_argument("captions", help="the reviewed caption file (JSONL or CSV), as opened in Review")
+    se.add_argument("--convention", required=True, choices=("lightroom", "darktable"),
+                    help="lightroom: IMG_0001.xmp (the picture's stem, as Lightroom, Camera Raw and Capture One "
+                         "name sidecars); darktable: IMG_0001.CR2.xmp (the whole name, as darktable and digiKam)")
+    se.add_argument("--keyword", action="append", default=[], dest="keywords", metavar="PATH",
+                    help="a keyword to add to every exported picture ('Places|Norway' for a hierarchy); repeat it")
+    se.add_argument("--dry-run", action="store_true", help="list what would change; write nothing")
+    se.add_argument("--json", action="store_true")
+    se.set_defaults(func=cmd_xmp_export, flags=XMP_FLAGS)
+
+
+def cmd_xmp_export(args: argparse.Namespace) -> int:
+    from engine.xmp_export import export_xmp_job, plan_xmp_export
+
+    with common.services(args) as svc:
+        plan = plan_xmp_export(svc.catalog, args.captions, convention=args.convention, keywords=args.keywords)
+        last = common.run_job(lambda tok: export_xmp_job(plan, backup_root=svc.paths.data, dry_run=args.dry_run,
+                                                         cancel=tok), quiet=True)
+    summary = last.extra["summary"] if last is not None and "summary" in last.extra else None
+    if summary is None:
+        print("interrupted; the sidecars written so far are whole and backed up")
+        return 130
+    if args.json:
+        common.print_json(summary.as_dict())
+    else:
+        verb = {"create": "would create" if args.dry_run else "created",
+                "update": "would update" if args.dry_run else "updated",
+                "unchanged": "unchanged", "refused": "REFUSED"}
+        for r in summary.results:
+            print(f"{verb[r.action]:13} {r.sidecar}  (for {r.picture})")
+            for c in r.changes:
+                print(f"    {c}")
+            if r.reason:
+                print(f"    {r.reason}")
+            if r.backup:
+                print(f"    previous sidecar backed up to {r.backup}")
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts().items()))
+        print(("dry run, nothing written: " if args.dry_run else "") + counts
+              + (f"; items without a verdict or note: {plan.items_without_review}" if plan.items_without_review else ""))
+    return 1 if any(r.action == "refused" for r in summary.results) else 0
