@@ -17,7 +17,8 @@ the same folder, fsync, rename). Why backups in the home and not beside the pict
 
 Never written: the picture itself (only a name ending in .xmp that is not the picture), a sidecar
 that is a link, a read-only sidecar, a Lightroom sidecar that belongs to another file of the
-same stem (photoshop:SidecarForExtension), and anything at all when a picture's folder is
+same stem (photoshop:SidecarForExtension), a new whole-name sidecar where the picture's stem
+sidecar holds its metadata (the reader would then ignore that one), and anything at all when a picture's folder is
 read-only (a read-only file system, no write permission bits, or not writable by this user):
 the export is then refused before any file is touched, naming the folders. A dry run reads and
 merges exactly as the export would and lists what would change, writing nothing.
@@ -55,6 +56,9 @@ class SidecarTarget:
     sidecar: Path
     reviews: tuple[CaptionReview, ...]
     sidecar_for: str | None  # the extension a new Lightroom sidecar is marked for
+    # darktable convention: the picture's stem sidecar (IMG_0001.xmp), which a new whole-name
+    # sidecar would hide from the reader (engine.metadata.photo: the whole name wins)
+    stem_sidecar: Path | None = None
 
 
 @dataclass
@@ -182,8 +186,10 @@ def plan_xmp_export(catalog: Catalog, caption_file: Path | str, *, convention: s
             read_only[folder] = reason
             continue
         taken[sidecar] = picture.name
-        plan.targets.append(SidecarTarget(picture, sidecar, tuple(reviews),
-                                          picture.suffix.lstrip(".") if convention == "lightroom" else None))
+        stem = folder / _existing_name(folder, picture.stem + ".xmp", listing)
+        plan.targets.append(SidecarTarget(
+            picture, sidecar, tuple(reviews), picture.suffix.lstrip(".") if convention == "lightroom" else None,
+            stem if convention == "darktable" and stem.exists() else None))
     if read_only:
         listed = "; ".join(f"{f} {why}" for f, why in sorted(read_only.items()))
         raise XmpExportError(f"refused: the library is read-only, so no sidecar is written ({listed}). "
@@ -240,6 +246,15 @@ def _prepare(target: SidecarTarget, keywords: tuple[str, ...]) -> tuple[SidecarC
                 change.action = "refused"
                 change.reason = (f"{target.sidecar.name} belongs to the {marked} file of that name "
                                  "(photoshop:SidecarForExtension); not changed")
+                return change, None, None
+        if old is None and target.stem_sidecar is not None:
+            stem = read_user_file(target.stem_sidecar, max_bytes=MAX_XMP_BYTES, follow_symlinks=False)
+            marked = parse_xmp(stem, target.stem_sidecar.name).sidecar_for
+            if not marked or marked.strip().lstrip(".").casefold() == target.picture.suffix.lstrip(".").casefold():
+                change.action = "refused"
+                change.reason = (f"{target.stem_sidecar.name} (Lightroom's convention) holds this picture's metadata; "
+                                 f"a new {target.sidecar.name} would hide it from Longlens' reader. Export with the "
+                                 "lightroom convention to merge into it")
                 return change, None, None
         merged = merge_sidecar(old_text, target.sidecar.name, reviews=target.reviews, subjects=subjects,
                                paths=[k for k in keywords if "|" in k], sidecar_for=target.sidecar_for)

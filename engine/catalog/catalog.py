@@ -617,6 +617,19 @@ class Catalog:
                     )
         return out
 
+    def described_pictures(self, library_id: int) -> list[tuple[str, str | None, str | None]]:
+        """(rel_path, description, title) of a library's live pictures whose XMP gives a
+        description or a title, in path order: the captions already written by the user's tools."""
+        with self.read() as conn:
+            q = (
+                select(images.c.rel_path, image_metadata.c.description, image_metadata.c.title)
+                .select_from(images.join(image_metadata, image_metadata.c.image_id == images.c.id))
+                .where(images.c.library_id == library_id, images.c.status == STATUS_OK,
+                       or_(image_metadata.c.description.is_not(None), image_metadata.c.title.is_not(None)))
+                .order_by(images.c.rel_path)
+            )
+            return [(dbpaths.from_db(r.rel_path), r.description, r.title) for r in conn.execute(q)]
+
     def image_at(self, path: Path | str) -> ImageRecord | None:
         """The live catalog row of the picture at this absolute path, if it is in a library."""
         p = Path(path).expanduser().absolute()

@@ -1,6 +1,7 @@
 """`longlens check`: check captions against their images (support per sentence and phrase).
 
     longlens check FILE --out REPORT.jsonl [--html REPORT.html] [--threshold 0.5] [--model NAME]
+    longlens check --from-catalog [--library FOLDER] --out REPORT.jsonl ...   (the XMP descriptions)
 
 Heavy imports (torch, the models) happen inside the command functions.
 """
@@ -23,13 +24,18 @@ from engine.options import THRESHOLD
 
 def register(sub: Any) -> None:
     sc = sub.add_parser("check", help="check captions against their images (support per sentence/phrase)")
-    sc.add_argument("file", type=Path, help="JSONL or CSV with an image path and a caption per line")
+    sc.add_argument("file", type=Path, nargs="?", help="JSONL or CSV with an image path and a caption per line")
+    sc.add_argument("--from-catalog", action="store_true",
+                    help="check the captions already in the catalogue instead of a file: each indexed picture's "
+                         "XMP description (else its title), as Lightroom, darktable or digiKam wrote it")
+    sc.add_argument("--library", action="append", default=[], metavar="FOLDER",
+                    help="with --from-catalog: only this indexed library (repeat it); default all")
     sc.add_argument("--out", type=Path, required=True, help="report: one JSON object per input line")
     sc.add_argument("--html", type=Path, help="also write an HTML report with the overlays")
     sc.add_argument("--threshold", type=THRESHOLD, default=LOW_SUPPORT,
                     help="supports below this are flagged low (default 0.5: undecided)")
     model_args(sc)
-    sc.set_defaults(func=cmd_check, flags=GROUND_FLAGS)
+    sc.set_defaults(func=cmd_check, flags={**GROUND_FLAGS, "library": "--library"})
 
 
 def _check_outputs(args: argparse.Namespace, items: list[tuple[int, dict[str, Any] | None, str | None]]) -> Path | None:
@@ -37,7 +43,7 @@ def _check_outputs(args: argparse.Namespace, items: list[tuple[int, dict[str, An
     of the HTML report (REPORT_files) may only be an earlier report's."""
     from engine.outputs import OutputPathError, check_output
 
-    inputs: list[Path] = [args.file] + [Path(item["image"]) for _, item, _ in items if item is not None]
+    inputs: list[Path] = ([args.file] if args.file is not None else []) + [Path(item["image"]) for _, item, _ in items if item is not None]
     roots = library_roots(args)
     check_output(args.out, what="report", kind="check-report", inputs=inputs, library_roots=roots)
     if args.html is None:
@@ -59,9 +65,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     from engine.outputs import ReportAssets
 
     THRESHOLD.check(args.threshold)
-    items = list(read_items(args.file))
+    items = _items(args)
+    args.source_name = "the catalogue" if args.from_catalog else str(args.file)
     if not items:
-        raise LonglensError(f"{args.file} holds no lines to check")
+        raise LonglensError(f"{args.source_name} holds no lines to check")
     html_dir = _check_outputs(args, items)
     grounder = load_grounder(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -91,6 +98,27 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _items(args: argparse.Namespace) -> list[tuple[int, dict[str, Any] | None, str | None]]:
+    """The captions to check: the file's lines, or (--from-catalog) the XMP descriptions in the
+    catalogue, numbered 1.. in library and path order."""
+    if args.from_catalog == (args.file is not None):
+        raise LonglensError("give a caption file or --from-catalog (one of the two)")
+    if args.library and not args.from_catalog:
+        raise LonglensError("--library goes with --from-catalog")
+    if args.file is not None:
+        return list(read_items(args.file))
+    from engine.cli import common
+    from engine.metadata.captions import catalog_captions
+
+    with common.services(args) as svc:
+        captions = catalog_captions(svc.catalog, args.library)
+    if not captions:
+        raise LonglensError("no indexed picture has an XMP description or title yet; index the folders whose "
+                            "sidecars hold them")
+    return [(n, {"image": str(c.image), "caption": c.caption, "caption_source": c.field}, None)
+            for n, c in enumerate(captions, 1)]
+
+
 def _check_lines(args: argparse.Namespace, items: list[tuple[int, dict[str, Any] | None, str | None]],
                  grounder: Any, assets: Any) -> tuple[dict[str, int], list[dict[str, Any]], int]:
     errors = 0
@@ -118,7 +146,7 @@ def _check_lines(args: argparse.Namespace, items: list[tuple[int, dict[str, Any]
         if error is not None:
             rec.update({"verdict": "error", "error": error})
             errors += 1
-            print(f"{args.file}:{line}: {error}", file=sys.stderr)
+            print(f"{args.source_name}:{line}: {error}", file=sys.stderr)
         counts[rec["verdict"]] = counts.get(rec["verdict"], 0) + 1
         records.append(rec)
     return counts, records, errors

@@ -1,5 +1,6 @@
 """Photo metadata written by other tools: XMP packets embedded in pictures and XMP sidecar files
-(Lightroom Classic, Capture One, darktable, digiKam). Read only; nothing here writes a file."""
+(Lightroom Classic, Capture One, darktable, digiKam). Reading never writes a file; xmp_write
+merges review results into a sidecar's text for the explicit export (engine.xmp_export)."""
 
 from engine.metadata.photo import (
     SidecarFile,

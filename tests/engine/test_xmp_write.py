@@ -205,11 +205,13 @@ def test_export_both_conventions_with_backups_dry_run_and_refusals(cat, tmp_path
     assert {r.action for r in again.results} == {"unchanged", "refused"}
     assert _state(folder) == after
 
-    # darktable's convention: whole-name sidecars, its own file merged into.
+    # darktable's convention: whole-name sidecars, its own file merged into; none is created
+    # where the picture's stem sidecar holds its metadata (the reader would then ignore that one).
     dark = _run(plan_xmp_export(cat, captions, convention="darktable"), home)
     assert {Path(r.sidecar).name: r.action for r in dark.results} == {
-        "DSC_4127.jpg.xmp": "create", "IMG_2044.jpg.xmp": "update", "plain.jpg.xmp": "create",
+        "DSC_4127.jpg.xmp": "refused", "IMG_2044.jpg.xmp": "update", "plain.jpg.xmp": "refused",
         "DSC_0001.JPG.xmp": "create"}
+    assert "would hide it" in next(r.reason for r in dark.results if Path(r.sidecar).name == "plain.jpg.xmp")
     _inserted_only(before["IMG_2044.jpg.xmp"][0].decode(), (folder / "IMG_2044.jpg.xmp").read_text(encoding="utf-8"))
     assert all(_state(folder)[n] == before[n] for n in pics)
 
