@@ -35,7 +35,8 @@ from desktop_app.widgets.progress_panel import ProgressPanel
 DEFAULT_SIZE = (1440, 900)
 SHORTCUTS_HELP = """<h3>Keyboard</h3>
 <table cellspacing=4>
-<tr><td><b>Ctrl+Enter</b></td><td>search</td></tr>
+<tr><td><b>Ctrl+Enter</b></td><td>search (from the query or any filter)</td></tr>
+<tr><td><b>Ctrl+L / Ctrl+F</b></td><td>go to the query</td></tr>
 <tr><td><b>Arrows</b></td><td>move in the results</td></tr>
 <tr><td><b>Enter</b></td><td>open the selected result in the inspector</td></tr>
 <tr><td><b>Space</b></td><td>quick look (results) · next item (review)</td></tr>
@@ -81,7 +82,12 @@ class MainWindow(QMainWindow):
         self.model_label.setWordWrap(True)
         self.model_label.setTextFormat(Qt.TextFormat.RichText)
         models_button = QPushButton("Models…")
+        models_button.setObjectName("models-button")
+        # Never the keyboard's resting place: after a view switch typed text and Space went here
+        # (Space opened the dialog). The dialog stays one key away in File > Models….
+        models_button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         models_button.clicked.connect(self.open_models)
+        self.models_button = models_button
         banner = QHBoxLayout()
         banner.setContentsMargins(12, 8, 12, 0)
         banner.addWidget(self.model_label, 1)
@@ -130,9 +136,11 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", "Ctrl+Q", self.close)
         view = self.menuBar().addMenu("&View")
-        self._action(view, "&Search", "Alt+1", lambda: self.tabs.setCurrentWidget(self.search_view))
-        self._action(view, "&Inspector", "Alt+2", lambda: self.tabs.setCurrentWidget(self.inspector_view))
-        self._action(view, "&Review", "Alt+3", lambda: self.tabs.setCurrentWidget(self.review_view))
+        self._action(view, "&Search", "Alt+1", lambda: self.show_view(self.search_view))
+        self._action(view, "&Inspector", "Alt+2", lambda: self.show_view(self.inspector_view))
+        self._action(view, "&Review", "Alt+3", lambda: self.show_view(self.review_view))
+        focus = self._action(view, "Go to the &query", "Ctrl+L", self.focus_query)
+        focus.setShortcuts([QKeySequence("Ctrl+L"), QKeySequence("Ctrl+F")])
         view.addSeparator()
         self._action(view, "Full screen", "F11", self.toggle_full_screen)
         help_menu = self.menuBar().addMenu("&Help")
@@ -151,7 +159,24 @@ class MainWindow(QMainWindow):
         menu.addAction(a)
         return a
 
+    def show_view(self, view: QWidget) -> None:
+        """Switch views and give the keyboard to the view's own place (query, picture, review)."""
+        self.tabs.setCurrentWidget(view)
+        view.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def focus_query(self) -> None:
+        self.tabs.setCurrentWidget(self.search_view)
+        self.search_view.focus_query()
+
+    def _view_changed(self, _index: int) -> None:
+        # However the view changed (Alt+1, a click on the tab, opening a result), the keyboard
+        # must not stay with whatever Qt picked when the old page was hidden (the Models… button
+        # or a filter): it goes to the new view's own place, unless the tab bar itself has it.
+        if not self.tabs.tabBar().hasFocus():
+            self.tabs.currentWidget().setFocus(Qt.FocusReason.OtherFocusReason)
+
     def _connect(self) -> None:
+        self.tabs.currentChanged.connect(self._view_changed)
         self.library_view.index_requested.connect(self.queue.enqueue)
         self.library_view.libraries_changed.connect(self.search_view.set_libraries)
         self.queue.started.connect(self._index_started)

@@ -272,6 +272,7 @@ class InspectorView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 10, 10, 6)
         lay.addWidget(split)
+        self.setFocusProxy(self.canvas)  # a view switch gives the keyboard to the picture
         self._set_overlay_enabled(False)
 
     # -- showing a picture ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QDate, QEvent, QModelIndex, QObject, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence, QPixmap, QShortcut
+from PySide6.QtGui import QAction, QKeySequence, QPixmap, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -144,7 +144,9 @@ class SearchView(QWidget):
 
         self.search_button = QPushButton("Search")
         self.search_button.setDefault(True)
-        self.search_button.setToolTip("Ctrl+Enter")
+        self.search_button.setToolTip("Ctrl+Enter, from the query or any filter")
+        # A click leaves the keyboard where it was (the query), and Tab still reaches the button.
+        self.search_button.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         self.search_button.clicked.connect(self.search)
         self.token_label = QLabel("– tokens")
         self.token_label.setObjectName("token-counter")
@@ -185,6 +187,9 @@ class SearchView(QWidget):
         self.folder_box.addItem(ALL_FOLDERS)
         self.folder_box.setMinimumWidth(220)
         self.folder_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        # Enter in the typed folder searches; it must not add the typed text to the list of folders.
+        self.folder_box.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.folder_box.lineEdit().returnPressed.connect(self.search)
         self.after_check = QCheckBox("From")
         self.after_edit = QDateEdit(QDate.currentDate().addYears(-1))
         self.before_check = QCheckBox("to")
@@ -340,6 +345,13 @@ class SearchView(QWidget):
 
         find = QShortcut(QKeySequence("Ctrl+Shift+F"), self)
         find.activated.connect(self.find_similar_current)
+        # Ctrl+Enter searches from anywhere in the view: the query, a filter, the order, the grid.
+        for keys in ("Ctrl+Return", "Ctrl+Enter"):
+            run = QShortcut(QKeySequence(keys), self)
+            run.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            run.activated.connect(self.search)
+        # Focus given to the view (a view switch, a click on its background) goes to the query.
+        self.setFocusProxy(self.editor)
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         if obj is self.grid.viewport() and event.type() == QEvent.Type.Resize:
@@ -486,6 +498,7 @@ class SearchView(QWidget):
 
     def run_text_query(self, text: str) -> Job | None:
         self.editor.setPlainText(text)
+        self.editor.moveCursor(QTextCursor.MoveOperation.End)  # typing then adds to the query
         return self.search()
 
     def search(self) -> Job | None:
@@ -514,11 +527,21 @@ class SearchView(QWidget):
         self.query = {"text": self.editor.toPlainText() or None, "image": None}
         self.image_chip.setVisible(False)
 
+    def focus_query(self) -> None:
+        """Ctrl+L / Ctrl+F: the keyboard to the query, the cursor at its end (nothing selected,
+        so the next key adds to the query rather than replacing it)."""
+        self.editor.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.editor.moveCursor(QTextCursor.MoveOperation.End)
+
     def _run(self, fn, *args) -> Job:
         self._rerun_timer.stop()  # this search already has the filters as they are now
         self._seq += 1
         seq = self._seq
         self._set_status("Searching…")
+        if self.search_button.hasFocus():
+            # A disabled button hands the focus to the next widget in the chain (the Folder box,
+            # text selected, so the next key would replace the filter): keep it in the query.
+            self.editor.setFocus(Qt.FocusReason.OtherFocusReason)
         self.search_button.setEnabled(False)
         job = self.hub.call(fn, *args, on_result=lambda r, s=seq: self._show_result(r, s),
                             on_error=lambda m, s=seq: self._search_failed(m, s),
