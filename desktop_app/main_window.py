@@ -6,7 +6,7 @@ import gc
 import html
 from typing import Any
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -92,11 +92,13 @@ class MainWindow(QMainWindow):
         banner.setContentsMargins(12, 8, 12, 0)
         banner.addWidget(self.model_label, 1)
         banner.addWidget(models_button)
+        self.banner = QWidget()
+        self.banner.setLayout(banner)
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.setSpacing(0)
-        rl.addLayout(banner)
+        rl.addWidget(self.banner)
         rl.addWidget(self.tabs, 1)
 
         split = QSplitter()
@@ -186,6 +188,7 @@ class MainWindow(QMainWindow):
         self.search_view.add_folder_requested.connect(self.library_view.add_folder_dialog)
         self.search_view.demo_requested.connect(self.open_demo)
         self.inspector_view.find_similar.connect(self.find_similar)
+        self.review_view.full_screen_changed.connect(self._review_full_screen)
 
     def start(self) -> None:
         self.library_view.refresh()
@@ -282,6 +285,17 @@ class MainWindow(QMainWindow):
 
     def toggle_full_screen(self) -> None:
         self.showNormal() if self.isFullScreen() else self.showFullScreen()
+
+    def _review_full_screen(self, on: bool) -> None:
+        """Review's full screen (F) is for the picture and its caption: no library panel, no banner."""
+        self.library_view.setVisible(not on)
+        self.banner.setVisible(not on)
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        # However full screen ends (F, Esc, F11, the window manager), the panels come back.
+        if event.type() == QEvent.Type.WindowStateChange and not self.isFullScreen():
+            self._review_full_screen(False)
 
     # -- dialogs ----------------------------------------------------------------------------------------
     def open_settings(self) -> SettingsDialog:

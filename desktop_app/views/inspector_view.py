@@ -440,14 +440,16 @@ class InspectorView(QWidget):
             return
         opacity = self.opacity.value() / 100
         if self.mode() == "all":
-            self.canvas.set_overlay(overlay.all_phrases_image([pm.heatmap for pm in g.phrases]), opacity)
+            self.canvas.set_overlay(overlay.all_phrases_image([pm.heatmap for pm in g.phrases],
+                                                              [pm.support for pm in g.phrases]), opacity)
             self.legend.show_phrases([f"{pm.phrase.text} ({pm.support:.2f})" for pm in g.phrases])
         else:
             row = self.phrases.currentRow()
             if not 0 <= row < len(g.phrases):
                 self.canvas.clear_overlay()
                 return
-            self.canvas.set_overlay(overlay.heatmap_image(g.phrases[row].heatmap), opacity)
+            pm = g.phrases[row]
+            self.canvas.set_overlay(overlay.heatmap_image(pm.heatmap, pm.support), opacity)
             self.legend.show_ramp()
 
     # -- export --------------------------------------------------------------------------------------

@@ -45,14 +45,27 @@ def _to_qimage(rgba: np.ndarray) -> QImage:
     return QImage(rgba.data, w, h, 4 * w, QImage.Format.Format_RGBA8888).copy()
 
 
-def heatmap_image(heatmap: np.ndarray) -> QImage:
-    """One phrase's map -> RGBA at map resolution; weak regions fade to transparent."""
+MAX_ALPHA = 235  # the most opaque an overlay gets: a region with full support
+
+
+def support_strength(support: float) -> float:
+    """How strongly a phrase's map is drawn: its support, in [0, 1].
+
+    A region map is normalised to its own peak, so without this every phrase, even one the
+    picture does not support at all (support 0.00), would light up as brightly as the best one.
+    """
+    s = float(np.nan_to_num(support))
+    return max(0.0, min(1.0, s))
+
+
+def heatmap_image(heatmap: np.ndarray, support: float) -> QImage:
+    """One phrase's map -> RGBA at map resolution. Where in the picture: the map (weak regions
+    fade to transparent); how bright: the phrase's support (0 draws nothing)."""
     h = np.clip(np.nan_to_num(np.asarray(heatmap, dtype=np.float32)), 0.0, 1.0)
     rgba = np.zeros(h.shape + (4,), dtype=np.uint8)
-    rgba[..., :3] = ramp_rgb(h)
-    # Weak support stays clear so the photo shows through; strong support is nearly opaque.
+    rgba[..., :3] = ramp_rgb(h * support_strength(support))
     t = np.clip((h - 0.1) / 0.8, 0.0, 1.0)
-    rgba[..., 3] = (t * t * (3 - 2 * t) * 235).astype(np.uint8)
+    rgba[..., 3] = (t * t * (3 - 2 * t) * MAX_ALPHA * support_strength(support)).astype(np.uint8)
     return _to_qimage(rgba)
 
 
@@ -70,13 +83,15 @@ def strongest_regions(heatmaps: Sequence[np.ndarray]) -> np.ndarray:
     return label
 
 
-def all_phrases_image(heatmaps: Sequence[np.ndarray]) -> QImage:
+def all_phrases_image(heatmaps: Sequence[np.ndarray], supports: Sequence[float],
+                      colours: Sequence[QColor] | None = None) -> QImage:
+    """Each phrase's strongest region in its own colour, as opaque as the phrase is supported."""
     label = strongest_regions(heatmaps)
     rgba = np.zeros(label.shape + (4,), dtype=np.uint8)
     for i in range(len(heatmaps)):
-        c = phrase_colour(i)
+        c = colours[i] if colours is not None else phrase_colour(i)
         sel = label == i
-        rgba[sel] = (c.red(), c.green(), c.blue(), 200)
+        rgba[sel] = (c.red(), c.green(), c.blue(), int(200 * support_strength(supports[i])))
     return _to_qimage(rgba)
 
 
