@@ -42,6 +42,8 @@ SHORTCUTS_HELP = """<h3>Keyboard</h3>
 <tr><td><b>Space</b></td><td>quick look (results) · next item (review)</td></tr>
 <tr><td><b>Ctrl+Shift+F</b></td><td>find pictures similar to the selected one</td></tr>
 <tr><td><b>+ / − / 0 / Ctrl+1</b></td><td>zoom in / out / fit / 100% (inspector)</td></tr>
+<tr><td><b>Esc / Backspace</b></td><td>back to the results (inspector)</td></tr>
+<tr><td><b>J / K, Alt+→ / Alt+←</b></td><td>next / previous result (inspector)</td></tr>
 <tr><td><b>Backspace</b></td><td>previous item (review)</td></tr>
 <tr><td><b>1 / 2 / 3</b></td><td>faithful / unfaithful / unsure (review)</td></tr>
 <tr><td><b>↑ / ↓, N</b></td><td>pick item or sentence, write a note (review)</td></tr>
@@ -188,6 +190,8 @@ class MainWindow(QMainWindow):
         self.search_view.add_folder_requested.connect(self.library_view.add_folder_dialog)
         self.search_view.demo_requested.connect(self.open_demo)
         self.inspector_view.find_similar.connect(self.find_similar)
+        self.inspector_view.back_requested.connect(self.back_to_results)
+        self.inspector_view.step_requested.connect(self.step_result)
         self.review_view.full_screen_changed.connect(self._review_full_screen)
 
     def start(self) -> None:
@@ -274,6 +278,19 @@ class MainWindow(QMainWindow):
         self.inspector_view.show_hit(hit, query)
         self.tabs.setCurrentWidget(self.inspector_view)
         self.inspector_view.canvas.setFocus()
+
+    def back_to_results(self) -> None:
+        self.tabs.setCurrentWidget(self.search_view)
+        self.search_view.focus_results()
+
+    def step_result(self, step: int) -> None:
+        """Next / previous result in the inspector, in the order the results grid shows them."""
+        hit = self.search_view.step_result(step)
+        if hit is None:
+            self.statusBar().showMessage("This is the last result." if step > 0 else "This is the first result.",
+                                         5000)
+            return
+        self.inspector_view.show_hit(hit, dict(self.search_view.query))
 
     def find_similar(self, path: str) -> None:
         self.tabs.setCurrentWidget(self.search_view)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QImage, QPainter, QPalette
+from PySide6.QtGui import QColor, QImage, QKeySequence, QPainter, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFrame,
@@ -60,6 +60,23 @@ def grounding_caption(grounding: Any) -> str:
     return f"{method} · {state}"
 
 
+# Keys of the inspector (also in the main window's keyboard help).
+BACK_KEYS = ("Esc", "Backspace")
+NEXT_KEYS = ("J", "Alt+Right")
+PREVIOUS_KEYS = ("K", "Alt+Left")
+# Below this support a phrase's map is drawn so faint that the notice says why.
+WEAK_SUPPORT = 0.2
+KIND_NOTES = {
+    "setting": "a setting: its map is the picture's background, around the things named",
+    "relation": "a relation between two things: its map covers both",
+}
+
+
+def phrase_label(phrase: Any) -> str:
+    """The row's words: a relation's claim ("a camel on the sand"); its span alone ("on") says nothing."""
+    return phrase.claim if phrase.kind == "relation" else phrase.text
+
+
 class PhraseDelegate(QStyledItemDelegate):
     """A phrase with its support as a bar and a number."""
 
@@ -99,6 +116,8 @@ class PhraseDelegate(QStyledItemDelegate):
 
 class InspectorView(QWidget):
     find_similar = Signal(object)  # image path
+    back_requested = Signal()  # Esc / Backspace: back to the results
+    step_requested = Signal(int)  # +1 next result, -1 previous (J / K, Alt+Right / Alt+Left)
 
     def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -131,6 +150,20 @@ class InspectorView(QWidget):
         self.zoom_label = QLabel("")
         zoom_bar.addWidget(self.zoom_label)
         zoom_bar.addStretch(1)
+        self.back_button = QToolButton()
+        self.back_button.setText("← Results")
+        self.back_button.setToolTip("Back to the results (Esc or Backspace)")
+        self.back_button.clicked.connect(self.back_requested)
+        self.previous_button = QToolButton()
+        self.previous_button.setText("‹ Previous")
+        self.previous_button.setToolTip("Previous result (K or Alt+Left)")
+        self.previous_button.clicked.connect(lambda: self.step_requested.emit(-1))
+        self.next_button = QToolButton()
+        self.next_button.setText("Next ›")
+        self.next_button.setToolTip("Next result (J or Alt+Right)")
+        self.next_button.clicked.connect(lambda: self.step_requested.emit(1))
+        for b in (self.back_button, self.previous_button, self.next_button):
+            zoom_bar.addWidget(b)
         self.canvas.zoom_changed.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f}%"))
         left = QWidget()
         ll = QVBoxLayout(left)
@@ -273,6 +306,12 @@ class InspectorView(QWidget):
         lay.setContentsMargins(10, 10, 10, 6)
         lay.addWidget(split)
         self.setFocusProxy(self.canvas)  # a view switch gives the keyboard to the picture
+        for keys, slot in ((BACK_KEYS, self.back_requested.emit), (NEXT_KEYS, lambda: self.step_requested.emit(1)),
+                           (PREVIOUS_KEYS, lambda: self.step_requested.emit(-1))):
+            for key in keys:
+                sc = QShortcut(QKeySequence(key), self)
+                sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+                sc.activated.connect(slot)
         self._set_overlay_enabled(False)
 
     # -- showing a picture ---------------------------------------------------------------------
@@ -397,17 +436,20 @@ class InspectorView(QWidget):
             self._set_overlay_enabled(False)
             self.canvas.clear_overlay()
             return
-        self.notice.setText("Select a phrase to see where the picture supports it.")
+        self.notice.setText("Select a phrase to see where the picture supports it; the brighter "
+                            "the map, the stronger the support.")
         calibrated = bool(getattr(grounding, "calibrated", False))
         self.calibration_note.setText(grounding_caption(grounding) + ("" if calibrated else "\n" + UNCALIBRATED))
         self.calibration_note.setToolTip(f"model {getattr(grounding, 'model_id', '')}")
         self.calibration_note.show()
         for i, pm in enumerate(grounding.phrases):
-            item = QListWidgetItem(pm.phrase.text)
+            label = phrase_label(pm.phrase)
+            item = QListWidgetItem(label)
             item.setData(SupportRole, float(pm.support))
             item.setData(ColourRole, overlay.PHRASE_COLOURS[i % len(overlay.PHRASE_COLOURS)])
             state = "" if calibrated else ", uncalibrated"
-            item.setToolTip(f"{pm.phrase.text}\nsupport {pm.support:.3f} ({pm.phrase.kind}{state})")
+            kind = KIND_NOTES.get(pm.phrase.kind, pm.phrase.kind.replace("_", " "))
+            item.setToolTip(f"{label}\nsupport {pm.support:.3f} ({kind}{state})")
             self.phrases.addItem(item)
         self._set_overlay_enabled(bool(grounding.phrases))
         if grounding.phrases:
@@ -416,7 +458,12 @@ class InspectorView(QWidget):
         self._render_overlay()
 
     def _set_overlay_enabled(self, on: bool) -> None:
-        for w in (self.mode_phrase, self.mode_all, self.phrases, self.opacity, self.legend, self.export_button):
+        controls = (self.mode_phrase, self.mode_all, self.phrases, self.opacity, self.legend, self.export_button)
+        if not on and any(w.hasFocus() for w in controls):
+            # A disabled widget passes the keyboard on down the focus chain, out of this view
+            # (J / K and Esc would then stop working): keep it on the picture.
+            self.canvas.setFocus(Qt.FocusReason.OtherFocusReason)
+        for w in controls:
             w.setEnabled(on)
 
     def set_mode(self, mode: str) -> None:
@@ -442,7 +489,7 @@ class InspectorView(QWidget):
         if self.mode() == "all":
             self.canvas.set_overlay(overlay.all_phrases_image([pm.heatmap for pm in g.phrases],
                                                               [pm.support for pm in g.phrases]), opacity)
-            self.legend.show_phrases([f"{pm.phrase.text} ({pm.support:.2f})" for pm in g.phrases])
+            self.legend.show_phrases([f"{phrase_label(pm.phrase)} ({pm.support:.2f})" for pm in g.phrases])
         else:
             row = self.phrases.currentRow()
             if not 0 <= row < len(g.phrases):
@@ -451,6 +498,12 @@ class InspectorView(QWidget):
             pm = g.phrases[row]
             self.canvas.set_overlay(overlay.heatmap_image(pm.heatmap, pm.support), opacity)
             self.legend.show_ramp()
+            if pm.support < WEAK_SUPPORT:
+                self.notice.setText(f"“{phrase_label(pm.phrase)}” has support {pm.support:.2f}: the picture "
+                                    "hardly supports it, so its map is drawn faint.")
+            else:
+                self.notice.setText("Select a phrase to see where the picture supports it; the brighter "
+                                    "the map, the stronger the support.")
 
     # -- export --------------------------------------------------------------------------------------
     def export_dialog(self) -> None:

@@ -601,6 +601,21 @@ class SearchView(QWidget):
     def open_current(self) -> None:
         self.open_index(self.grid.currentIndex())
 
+    def step_result(self, step: int) -> Any:
+        """The result `step` places from the current one, made current (None past either end)."""
+        row = self.grid.currentIndex().row() + step
+        if not 0 <= row < self.model.rowCount():
+            return None
+        self.grid.setCurrentIndex(self.model.index(row))
+        return self.model.hit(row)
+
+    def focus_results(self) -> None:
+        """The keyboard to the results grid (back from the inspector), or to the query when empty."""
+        if self.model.rowCount():
+            self.grid.setFocus(Qt.FocusReason.OtherFocusReason)
+        else:
+            self.editor.setFocus(Qt.FocusReason.OtherFocusReason)
+
     def quick_look(self) -> QuickLook | None:
         hit = self.current_hit()
         if hit is None:
