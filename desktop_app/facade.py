@@ -488,6 +488,13 @@ class Backend:
         roots = [lib.root for lib in self.services.catalog.libraries()]
         return str(check_output(dest, what="export", kind="export", inputs=inputs, library_roots=roots))
 
+    def export_folder_for(self, picture: str) -> str:
+        """Where a save dialog for a file about `picture` opens: next to it, or next to its photo
+        folder when it lies in a library (an export is never written into one)."""
+        from engine.outputs import nearest_output_folder
+
+        return str(nearest_output_folder(picture, [lib.root for lib in self.services.catalog.libraries()]))
+
     def export_review(self, session, dest: str) -> int:
         from engine import review
 

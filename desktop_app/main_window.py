@@ -192,6 +192,8 @@ class MainWindow(QMainWindow):
         self.inspector_view.find_similar.connect(self.find_similar)
         self.inspector_view.back_requested.connect(self.back_to_results)
         self.inspector_view.step_requested.connect(self.step_result)
+        self.inspector_view.exported.connect(
+            lambda path: self.statusBar().showMessage(f"Overlay saved to {path}", 15000))
         self.review_view.full_screen_changed.connect(self._review_full_screen)
 
     def start(self) -> None:

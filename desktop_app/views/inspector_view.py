@@ -118,6 +118,7 @@ class InspectorView(QWidget):
     find_similar = Signal(object)  # image path
     back_requested = Signal()  # Esc / Backspace: back to the results
     step_requested = Signal(int)  # +1 next result, -1 previous (J / K, Alt+Right / Alt+Left)
+    exported = Signal(str)  # the overlay was saved there (the main window confirms it)
 
     def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -510,13 +511,29 @@ class InspectorView(QWidget):
         if not self.canvas.has_overlay():
             messages.show_error(self, "Nothing to export", "Select a phrase first: there is no overlay to export.")
             return
-        stem = os.path.splitext(os.path.basename(self.path or "overlay"))[0]
-        dest = messages.choose_save_file(self, "Export overlay", "PNG image (*.png)", f"{stem}-overlay.png")
+        dest = messages.choose_save_file(self, "Export overlay", "PNG image (*.png)", self.export_suggestion())
         if dest:
             self.export_overlay(dest)
 
+    def export_suggestion(self) -> str:
+        """The path the save dialog proposes: next to the picture (next to its photo folder when
+        it is in a library, where Longlens never writes), named after it and the phrase."""
+        stem = os.path.splitext(os.path.basename(self.path or "overlay"))[0]
+        folder = self.backend.export_folder_for(self.path) if self.path else os.path.expanduser("~")
+        return os.path.join(folder, f"{stem}-overlay.png")
+
+    def _legend_for_export(self) -> tuple[str, list[tuple[QColor, str]], float | None]:
+        g = self.grounding
+        if self.mode() == "all":
+            entries = [(overlay.phrase_colour(i), f"{phrase_label(pm.phrase)} ({pm.support:.2f})")
+                       for i, pm in enumerate(g.phrases)]
+            return "All phrases: each colour marks its phrase's strongest region", entries, None
+        pm = g.phrases[self.phrases.currentRow()]
+        return f"“{phrase_label(pm.phrase)}”: support {pm.support:.2f}", [], float(pm.support)
+
     def export_overlay(self, dest: str) -> bool:
-        """Save the picture with the current overlay at full resolution as PNG."""
+        """Save the picture with the current overlay at full resolution as PNG, with a band below
+        it naming the phrase and explaining the colours."""
         from PySide6.QtCore import QSaveFile
         from PySide6.QtGui import QImageWriter
 
@@ -528,6 +545,8 @@ class InspectorView(QWidget):
             messages.show_error(self, "Export refused", str(exc))
             return False
         composed = overlay.compose(self.canvas.image(), self.canvas.overlay(), self.canvas.overlay_opacity())
+        title, entries, support = self._legend_for_export()
+        composed = overlay.with_legend(composed, title, entries, support)
         f = QSaveFile(dest)  # written to a temporary file and renamed: never half a PNG
         if not f.open(QSaveFile.OpenModeFlag.WriteOnly):
             messages.show_error(self, "Export failed", f"Cannot write {dest}: {f.errorString()}")
@@ -537,4 +556,5 @@ class InspectorView(QWidget):
             f.cancelWriting()
             messages.show_error(self, "Export failed", f"Cannot write {dest}: {writer.errorString()}")
             return False
+        self.exported.emit(dest)
         return True

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QImage, QLinearGradient, QPainter, QPen
+from PySide6.QtCore import QRect, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QLinearGradient, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 # A short perceptual ramp (dark violet -> magenta -> orange -> yellow), like "inferno".
@@ -103,6 +103,59 @@ def compose(base: QImage, overlay: QImage, opacity: float) -> QImage:
     p.setOpacity(max(0.0, min(1.0, opacity)))
     p.drawImage(QRectF(0, 0, out.width(), out.height()), overlay)
     p.end()
+    return out
+
+
+BAND_BACKGROUND = QColor(32, 33, 36)
+BAND_TEXT = QColor(255, 255, 255)
+
+
+def with_legend(picture: QImage, title: str, entries: Sequence[tuple[QColor, str]] = (),
+                support: float | None = None) -> QImage:
+    """The composed picture with a band below it that says what the overlay shows: `title` (the
+    phrase and its support), then the support ramp with the phrase's support marked (one phrase)
+    or a colour swatch per phrase (all phrases). The picture itself is left whole, at full size;
+    the title is also stored as the PNG's Description text."""
+    w = picture.width()
+    px = max(12, min(32, round(w / 45)))
+    font = QFont()
+    font.setPixelSize(px)
+    fm = QFontMetrics(font)
+    pad = max(6, px // 2)
+    inner = QRect(0, 0, max(1, w - 2 * pad), 100_000)
+    title_h = fm.boundingRect(inner, int(Qt.TextFlag.TextWordWrap), title).height()
+    row_h = fm.height() + pad // 2
+    legend_h = (px + fm.height() + pad) if not entries else row_h * len(entries)
+    out = QImage(w, picture.height() + pad + title_h + pad + legend_h + pad, QImage.Format.Format_ARGB32)
+    out.fill(BAND_BACKGROUND)
+    p = QPainter(out)
+    p.drawImage(0, 0, picture)
+    p.setFont(font)
+    p.setPen(QPen(BAND_TEXT))
+    y = picture.height() + pad
+    p.drawText(QRect(pad, y, inner.width(), title_h), int(Qt.TextFlag.TextWordWrap), title)
+    y += title_h + pad
+    if not entries:
+        bar = QRectF(pad, y, w - 2 * pad, px * 0.7)
+        g = QLinearGradient(bar.topLeft(), bar.topRight())
+        for stop, rgb in zip(_RAMP_STOPS, _RAMP_RGB, strict=True):
+            g.setColorAt(float(stop), QColor(int(rgb[0]), int(rgb[1]), int(rgb[2])))
+        p.fillRect(bar, g)
+        if support is not None:
+            x = bar.left() + bar.width() * support_strength(support)
+            p.fillRect(QRectF(x - 1.5, bar.top() - 3, 3, bar.height() + 6), BAND_TEXT)
+        ty = int(bar.bottom()) + 2
+        p.drawText(QRect(pad, ty, inner.width(), fm.height()), int(Qt.AlignmentFlag.AlignLeft), "weak")
+        p.drawText(QRect(pad, ty, inner.width(), fm.height()), int(Qt.AlignmentFlag.AlignRight), "strong support")
+    else:
+        for colour, name in entries:
+            p.fillRect(QRect(pad, y + (row_h - px) // 2, px, px), colour)
+            text = fm.elidedText(name, Qt.TextElideMode.ElideRight, inner.width() - px - pad)
+            p.drawText(QRect(2 * pad + px, y, inner.width() - px - pad, row_h),
+                       int(Qt.AlignmentFlag.AlignVCenter), text)
+            y += row_h
+    p.end()
+    out.setText("Description", title)
     return out
 
 

@@ -4,6 +4,8 @@ as bright as their support, and settings drawn as the background."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
@@ -146,3 +148,75 @@ def test_a_setting_is_drawn_as_the_background(qtbot, results):
         np.testing.assert_allclose(pm.heatmap, expected / expected.max(), atol=1e-5)
     assert all(pm.phrase.kind != "relation" or "sand" not in pm.phrase.claim
                and "desert" not in pm.phrase.claim for pm in g.phrases)
+
+
+# -- the exported overlay -----------------------------------------------------------------------------
+
+
+def test_export_has_the_phrase_a_legend_and_a_confirmation(qtbot, results, tmp_path):
+    from PySide6.QtGui import QColor, QImage
+
+    from desktop_app.widgets import overlay
+
+    results.backend.grounder_factory = lambda embedder: ChunkerGrounder({"relation": 0.3, "noun_phrase": 0.9,
+                                                                        "setting": 0.6})
+    insp = _open(qtbot, results)
+    g = insp.grounding
+    row = [pm.phrase.text for pm in g.phrases].index("a red ball")
+    insp.select_phrase(row)
+    out = tmp_path / "exports" / "one.png"
+    out.parent.mkdir()
+    assert insp.export_overlay(str(out))
+    saved = QImage(str(out))
+    picture = insp.canvas.image()
+    assert saved.width() == picture.width() and saved.height() > picture.height()
+    # The picture part is exactly the picture with its overlay, untouched by the legend.
+    composed = overlay.compose(picture, insp.canvas.overlay(), insp.canvas.overlay_opacity())
+    top = saved.copy(0, 0, picture.width(), picture.height()).convertToFormat(QImage.Format.Format_RGB32)
+    assert top == composed.convertToFormat(QImage.Format.Format_RGB32)
+    # Below it: the phrase and its support (also the PNG's Description), in white on the band,
+    # and the support ramp.
+    assert saved.text("Description") == "“a red ball”: support 0.90"
+    band = saved.copy(0, picture.height(), saved.width(), saved.height() - picture.height())
+    colours = {band.pixelColor(x, y).name() for y in range(band.height()) for x in range(band.width())}
+    assert overlay.BAND_TEXT.name() in colours and overlay.BAND_BACKGROUND.name() in colours
+    def near(c: QColor) -> bool:
+        return any(sum(abs(int(a, 16) - int(b, 16)) for a, b in zip((n[1:3], n[3:5], n[5:7]),
+                                                                  (c.name()[1:3], c.name()[3:5], c.name()[5:7]),
+                                                                  strict=True)) <= 12 for n in colours)
+
+    assert near(QColor(40, 11, 84)) and near(QColor(252, 255, 164))  # both ends of the support ramp
+    assert results.statusBar().currentMessage() == f"Overlay saved to {out}"
+    # All phrases: one swatch per phrase, in the colours of the map.
+    insp.set_mode("all")
+    out2 = tmp_path / "exports" / "all.png"
+    assert insp.export_overlay(str(out2))
+    saved = QImage(str(out2))
+    band = saved.copy(0, picture.height(), saved.width(), saved.height() - picture.height())
+    colours = {band.pixelColor(x, y).name() for y in range(band.height()) for x in range(band.width())}
+    assert {overlay.phrase_colour(i).name() for i in range(len(g.phrases))} <= colours
+    assert saved.text("Description").startswith("All phrases")
+
+
+def test_the_save_dialog_opens_next_to_the_picture(qtbot, results, photos, tmp_path, monkeypatch):
+    from desktop_app.dialogs import messages
+
+    results.backend.grounder_factory = lambda embedder: ChunkerGrounder({"noun_phrase": 0.9})
+    insp = _open(qtbot, results)
+    asked = []
+    monkeypatch.setattr(messages, "choose_save_file", lambda _p, _t, _f, suggested: asked.append(suggested))
+    insp.export_dialog()
+    stem = insp.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    # The picture is in the indexed library (Longlens never writes there): the dialog opens in
+    # the folder that holds the photo folder, not in the working folder.
+    assert asked == [str(photos.resolve().parent / f"{stem}-overlay.png")]
+    # A picture outside every library: right next to it.
+    loose = tmp_path / "elsewhere" / "loose.png"
+    loose.parent.mkdir()
+    shutil.copy(insp.path, loose)
+    insp.show_path(str(loose), {"text": QUERY})
+    _settled(qtbot, insp)
+    insp.export_dialog()
+    assert asked[-1] == str(loose.parent.resolve() / "loose-overlay.png")
+    # What it proposes is a path the export accepts.
+    assert insp.export_overlay(asked[0]) and (photos.resolve().parent / f"{stem}-overlay.png").is_file()
