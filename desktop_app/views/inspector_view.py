@@ -81,7 +81,9 @@ class PhraseDelegate(QStyledItemDelegate):
     """A phrase with its support as a bar and a number."""
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
-        return QSize(200, option.fontMetrics.height() * 2 + 10)
+        # One text line and the support bar under it: compact, so a 640 px high window lists
+        # several phrases (it showed two).
+        return QSize(200, option.fontMetrics.height() + 16)
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         painter.save()
@@ -105,7 +107,7 @@ class PhraseDelegate(QStyledItemDelegate):
         painter.drawText(QRect(x, r.top() + 3, r.right() - x - sw, fm.height()), Qt.AlignmentFlag.AlignVCenter, text)
         painter.drawText(QRect(r.right() - sw, r.top() + 3, sw - 4, fm.height()),
                          Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, score)
-        bar = QRect(r.left() + 6, r.top() + fm.height() + 6, r.width() - 12, 5)
+        bar = QRect(r.left() + 6, r.top() + fm.height() + 5, r.width() - 12, 4)
         painter.fillRect(bar, pal.color(QPalette.ColorRole.Mid))
         fill = QRect(bar)
         fill.setWidth(int(bar.width() * max(0.0, min(1.0, support))))
@@ -189,7 +191,8 @@ class InspectorView(QWidget):
         self.query_label = QPlainTextEdit()
         self.query_label.setReadOnly(True)
         self.query_label.setObjectName("inspector-query")
-        self.query_label.setMaximumHeight(self.query_label.fontMetrics().lineSpacing() * 6 + 12)
+        # Four lines (it scrolls): the phrase list below needs the height more.
+        self.query_label.setMaximumHeight(self.query_label.fontMetrics().lineSpacing() * 4 + 12)
 
         self.notice = QLabel("")
         self.notice.setObjectName("grounding-notice")
@@ -208,6 +211,7 @@ class InspectorView(QWidget):
         self.mode_phrase.toggled.connect(lambda _on: self._render_overlay())
         self.phrases = QListWidget()
         self.phrases.setObjectName("phrase-list")
+        self.phrases.setMinimumHeight((self.phrases.fontMetrics().height() + 16) * 3 + 6)  # three rows at least
         self.phrases.setItemDelegate(PhraseDelegate(self.phrases))
         self.phrases.currentRowChanged.connect(lambda _r: self._phrase_selected())
         self.opacity = QSlider(Qt.Orientation.Horizontal)

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QImage, QKeySequence, QShortcut
+from PySide6.QtGui import QFontMetrics, QImage, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFrame,
@@ -80,19 +80,25 @@ class VerdictRow(QFrame):
             colour = VERDICT_COLOURS.get(v, "#455a64")
             b.setStyleSheet(f"QPushButton:checked {{ background-color: {colour}; color: white; font-weight: bold; "
                             f"border: 1px solid {colour}; border-radius: 3px; padding: 3px 8px; }}")
+            bold = b.font()
+            bold.setBold(True)
+            # As wide chosen (bold) as not: choosing a verdict must not shift the row.
+            b.setMinimumWidth(QFontMetrics(bold).horizontalAdvance(b.text()) + 20)
             b.clicked.connect(lambda checked, v=v: self.choose(v if checked else None))
             self.group.addButton(b)
             self.buttons[v] = b
             row.addWidget(b)
+        row.addStretch(1)
         self.note = QLineEdit()
         self.note.setPlaceholderText("Note (N; Enter when done)")
         self.note.editingFinished.connect(self._note_done)
-        row.addWidget(self.note, 1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(8, 6, 8, 6)
         lay.setSpacing(4)
         lay.addWidget(self.text)
         lay.addLayout(row)
+        # Its own line: beside the buttons it made a row wider than the panel in a 1024 px window.
+        lay.addWidget(self.note)
         self._verdict: str | None = None
         self._saved_note = ""
         self._current = False
@@ -260,6 +266,13 @@ class ReviewView(QWidget):
         keys.setWordWrap(True)
         keys.setEnabled(False)
         right = QWidget()
+        # Never narrower than a row of verdict buttons beside the scroll bar: the rows wrap their
+        # text, and a sideways scroll bar would hide the buttons.
+        sample = VerdictRow("", None, self.verdicts)
+        # (+ 4: the current row's 2 px highlight border is wider than the panel frame it replaces)
+        right.setMinimumWidth(sample.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
+                              + 2 * scroll.frameWidth() + 8 + 4)
+        sample.deleteLater()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(8, 0, 0, 0)
         rl.addWidget(QLabel("<b>Caption</b> (hover a phrase to see its region)"))

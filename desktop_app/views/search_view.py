@@ -185,7 +185,8 @@ class SearchView(QWidget):
         self.folder_box = QComboBox()
         self.folder_box.setEditable(True)
         self.folder_box.addItem(ALL_FOLDERS)
-        self.folder_box.setMinimumWidth(220)
+        self.folder_box.setMinimumWidth(160)
+        self.folder_box.setToolTip("Search one folder (and its sub-folders), or all of them")
         self.folder_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         # Enter in the typed folder searches; it must not add the typed text to the list of folders.
         self.folder_box.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
@@ -201,23 +202,24 @@ class SearchView(QWidget):
         self.after_check.toggled.connect(self.after_edit.setEnabled)
         self.before_check.toggled.connect(self.before_edit.setEnabled)
         self.camera_edit = QLineEdit()
+        self.camera_edit.setObjectName("camera-filter")
         self.camera_edit.setPlaceholderText("Camera (make or model)")
         self.camera_edit.setClearButtonEnabled(True)
-        self.camera_edit.setMaximumWidth(200)
+        # Wide enough for its whole placeholder (it showed "Ca…" in a 1024 px window) and the
+        # clear button.
+        self.camera_edit.setMinimumWidth(self.camera_edit.fontMetrics().horizontalAdvance(
+            self.camera_edit.placeholderText()) + self.camera_edit.fontMetrics().height() + 28)
+        self.camera_edit.setMaximumWidth(320)
         self.camera_edit.returnPressed.connect(self.search)
         self.top_spin = QSpinBox()
         self.top_spin.setRange(*backend.setting_range("top_k"))
         self.top_spin.setValue(int(backend.settings().get("top_k") or 200))
         self.top_spin.setPrefix("top ")
         self.top_spin.setToolTip("How many results to show")
+        # Two rows (what is searched; how it is arranged), so the view fits a 1024 px window.
         filters = QHBoxLayout()
         filters.addWidget(QLabel("Folder"))
         filters.addWidget(self.folder_box, 2)
-        filters.addSpacing(8)
-        filters.addWidget(self.after_check)
-        filters.addWidget(self.after_edit)
-        filters.addWidget(self.before_check)
-        filters.addWidget(self.before_edit)
         filters.addSpacing(8)
         filters.addWidget(self.camera_edit, 1)
         filters.addWidget(self.top_spin)
@@ -245,6 +247,11 @@ class SearchView(QWidget):
         self.cutoff_label.setWordWrap(True)
         self.cutoff_label.setVisible(False)
         arrange = QHBoxLayout()
+        arrange.addWidget(self.after_check)
+        arrange.addWidget(self.after_edit)
+        arrange.addWidget(self.before_check)
+        arrange.addWidget(self.before_edit)
+        arrange.addSpacing(12)
         arrange.addWidget(QLabel("Order"))
         arrange.addWidget(self.sort_box)
         arrange.addSpacing(8)
@@ -372,8 +379,11 @@ class SearchView(QWidget):
             "Your catalog is empty. Add a folder of photos to index it on this computer "
             "(nothing is uploaded, and your files are never changed), or try the demo collection first."
         )
+        text.setObjectName("welcome-text")
         text.setWordWrap(True)
+        text.setAlignment(Qt.AlignmentFlag.AlignCenter)
         text.setMaximumWidth(560)
+        self.welcome_text = text
         self.welcome_add = QPushButton("Add a photo folder…")
         self.welcome_demo = QPushButton("Open the demo collection")
         self.welcome_demo.setToolTip("300 generated SceneWorld pictures searched with the bundled sceneworld-mini "
@@ -385,10 +395,17 @@ class SearchView(QWidget):
         row.addWidget(self.welcome_add)
         row.addWidget(self.welcome_demo)
         row.addStretch(1)
+        # The wrapped text sits in a row between stretches, not in the column with an alignment:
+        # an aligned word-wrapped label gets its one-line height and is clipped (Qt's layouts
+        # ask it for its height at its width only when it fills the cell).
+        text_row = QHBoxLayout()
+        text_row.addStretch(1)
+        text_row.addWidget(text, 4)
+        text_row.addStretch(1)
         lay = QVBoxLayout(w)
         lay.addStretch(1)
         lay.addWidget(title, 0, Qt.AlignmentFlag.AlignHCenter)
-        lay.addWidget(text, 0, Qt.AlignmentFlag.AlignHCenter)
+        lay.addLayout(text_row)
         lay.addSpacing(12)
         lay.addLayout(row)
         lay.addStretch(2)

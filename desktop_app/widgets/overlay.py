@@ -23,6 +23,7 @@ PHRASE_COLOURS: tuple[str, ...] = (
     "#42d4f4", "#f032e6", "#bfef45", "#fabed4", "#469990",
 )
 
+LEGEND_ROWS = 4  # the most rows the on-screen legend takes
 REGION_THRESHOLD = 0.6  # "strongest region": where a map reaches 60% of its own peak
 
 
@@ -176,7 +177,9 @@ class Legend(QWidget):
 
     def show_phrases(self, names: Sequence[str]) -> None:
         self._entries = [(phrase_colour(i), n) for i, n in enumerate(names)]
-        self.setMinimumHeight(max(38, 20 * len(self._entries) + 6))
+        # At most LEGEND_ROWS rows: the phrase list above shows every phrase's colour too, and a
+        # legend as long as the list took its place in a small window.
+        self.setMinimumHeight(max(38, 20 * min(len(self._entries), LEGEND_ROWS) + 6))
         self.updateGeometry()
         self.update()
 
@@ -204,12 +207,17 @@ class Legend(QWidget):
             p.drawText(int(bar.right()) - fm.horizontalAdvance(strong), y, strong)
         else:
             y = 3
-            for colour, name in self._entries:
+            shown = self._entries if len(self._entries) <= LEGEND_ROWS else self._entries[:LEGEND_ROWS - 1]
+            for colour, name in shown:
                 p.fillRect(QRectF(4, y + 2, 14, 14), colour)
                 p.setPen(QPen(fg))
                 text = fm.elidedText(name, Qt.TextElideMode.ElideRight, self.width() - 28)
                 p.drawText(24, y + 2 + fm.ascent(), text)
                 y += 20
+            if len(shown) < len(self._entries):
+                p.setPen(QPen(fg))
+                p.drawText(24, y + 2 + fm.ascent(),
+                           f"… {len(self._entries) - len(shown)} more: each row of the list has its colour")
         p.end()
 
 
