@@ -138,6 +138,14 @@ class Backend:
 
         return SETTINGS_CHOICES[key].choices
 
+    @staticmethod
+    def available_devices() -> tuple[str, ...]:
+        """The devices this machine can run a model on (engine.models.device decides; imports
+        torch, so the GUI asks from a worker)."""
+        from engine.models.device import available_devices
+
+        return available_devices()
+
     def save_settings(self, values: dict[str, Any]) -> None:
         """Raises a LonglensError naming the setting when a value is out of range; nothing is written."""
         with self._settings_lock:

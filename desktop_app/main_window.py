@@ -65,6 +65,7 @@ class MainWindow(QMainWindow):
         self._initial_query = initial_query
         self._search_after_index: str | None = None
         self._shut = False
+        self._status_error: str | None = None  # the error the status bar shows, until something works
         self.dialogs: list[QWidget] = []
 
         self.queue = IndexQueue(backend, hub, self)
@@ -192,8 +193,8 @@ class MainWindow(QMainWindow):
         self.inspector_view.find_similar.connect(self.find_similar)
         self.inspector_view.back_requested.connect(self.back_to_results)
         self.inspector_view.step_requested.connect(self.step_result)
-        self.inspector_view.exported.connect(
-            lambda path: self.statusBar().showMessage(f"Overlay saved to {path}", 15000))
+        self.inspector_view.exported.connect(self._overlay_exported)
+        self.search_view.results_shown.connect(lambda _n: self.action_succeeded())
         self.review_view.full_screen_changed.connect(self._review_full_screen)
 
     def start(self) -> None:
@@ -202,6 +203,20 @@ class MainWindow(QMainWindow):
         if self._initial_query:
             self.search_view.run_text_query(self._initial_query)
             self._initial_query = None
+
+    # -- status line -------------------------------------------------------------------------------
+    def show_status_error(self, text: str) -> None:
+        """An error in the status bar stays until the next action that works (action_succeeded)."""
+        self._status_error = text
+        self.statusBar().showMessage(text)
+
+    def action_succeeded(self) -> None:
+        """Something worked: an error still shown in the status bar or the search view is stale."""
+        if self._status_error is not None:
+            if self.statusBar().currentMessage() == self._status_error:
+                self.statusBar().clearMessage()
+            self._status_error = None
+        self.search_view.clear_error()
 
     # -- model banner ----------------------------------------------------------------------------
     def update_model_banner(self) -> None:
@@ -217,7 +232,10 @@ class MainWindow(QMainWindow):
                                      f'<span style="color:{warn}"><b>{html.escape(state.notice)}</b></span>')
         else:
             self.model_label.setText(f"Model <b>{html.escape(state.name)}</b>")
+        previous = getattr(self, "model_state", None)
         self.model_state = state
+        if state.name is not None and previous is not None and previous.name != state.name:
+            self.search_view._update_budget()  # a model now reads the query: its errors are past
 
     # -- indexing ------------------------------------------------------------------------------------
     def _index_started(self, root: str) -> None:
@@ -237,7 +255,7 @@ class MainWindow(QMainWindow):
         if not self.queue.busy:
             self.progress_panel.end()
         if error:
-            self.statusBar().showMessage(f"Indexing {root} failed: {error}", 15000)
+            self.show_status_error(f"Indexing {root} failed: {error}")
             messages.show_error(self, "Indexing failed", error)
             return
         if summary is None:
@@ -256,6 +274,7 @@ class MainWindow(QMainWindow):
                          "they were indexed")
             if summary.unreadable:
                 text += f"; {len(summary.unreadable)} unreadable (see the library panel)"
+        self.action_succeeded()
         self.statusBar().showMessage(text, 20000)
         self.last_index_message = text
         if self._search_after_index and not summary.cancelled:
@@ -272,14 +291,21 @@ class MainWindow(QMainWindow):
             self._search_after_index = self.backend.demo_query()
             self.queue.enqueue(folder)
 
-        self.hub.call(self.backend.demo_setup, on_result=ready,
-                      on_error=lambda m: messages.show_error(self, "Demo collection", m))
+        def failed(message: str) -> None:
+            self.show_status_error(f"The demo collection could not be prepared: {message}")
+            messages.show_error(self, "Demo collection", message)
+
+        self.hub.call(self.backend.demo_setup, on_result=ready, on_error=failed)
 
     # -- navigation between views -------------------------------------------------------------------------
     def open_in_inspector(self, hit: Any, query: dict) -> None:
         self.inspector_view.show_hit(hit, query)
         self.tabs.setCurrentWidget(self.inspector_view)
         self.inspector_view.canvas.setFocus()
+
+    def _overlay_exported(self, path: str) -> None:
+        self.action_succeeded()
+        self.statusBar().showMessage(f"Overlay saved to {path}", 15000)
 
     def back_to_results(self) -> None:
         self.tabs.setCurrentWidget(self.search_view)
@@ -328,6 +354,7 @@ class MainWindow(QMainWindow):
         from PySide6.QtWidgets import QApplication
 
         theme.apply_theme(QApplication.instance(), values.get("theme") or "system")
+        self.action_succeeded()
         self.search_view.top_spin.setValue(int(values.get("top_k") or 200))
         self.update_model_banner()
         self.search_view._update_budget()

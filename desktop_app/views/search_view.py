@@ -40,6 +40,7 @@ from desktop_app.widgets.paragraph_edit import ParagraphEdit
 from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
 
 ALL_FOLDERS = "All folders"
+READY_TEXT = "Type a description and press Ctrl+Enter."
 # How long after the last change of a filter the search runs again (typing a camera name).
 RERUN_DELAY_MS = 400
 ANY_LABEL = "Any label"
@@ -330,7 +331,9 @@ class SearchView(QWidget):
         self.stack.addWidget(self.grid)
         self.stack.addWidget(self.welcome)
 
-        self.status = QLabel("Type a description and press Ctrl+Enter.")
+        self.status = QLabel(READY_TEXT)
+        self.status_is_error = False
+        self._query_at_error: str | None = None
         self.status.setObjectName("search-status")
         self.status.setWordWrap(True)
 
@@ -413,6 +416,7 @@ class SearchView(QWidget):
 
     # -- library-dependent bits -------------------------------------------------------------------
     def set_libraries(self, infos: list) -> None:
+        self._drop_removed_libraries({info.id for info in infos})
         current = self.folder_box.currentText()
         self.folder_box.blockSignals(True)
         self.folder_box.clear()
@@ -426,6 +430,19 @@ class SearchView(QWidget):
             self.folder_box.setEditText(current)
         self.folder_box.blockSignals(False)
         self.show_welcome(not infos)
+
+    def _drop_removed_libraries(self, library_ids: set[int]) -> None:
+        """A folder was removed: its pictures leave the grid at once, and the search runs again
+        (so the count, the cut-off and the top results are those of what is left)."""
+        hits = self.model.hits()
+        kept = [h for h in hits if getattr(h, "library_id", None) in library_ids]
+        if len(kept) == len(hits):
+            return
+        self.model.set_hits(kept)
+        if kept:
+            self.grid.setCurrentIndex(self.model.index(0))
+        self._set_status(f"{len(hits) - len(kept)} results from a removed folder taken away; searching again…")
+        self.rerun()
 
     def show_welcome(self, on: bool) -> None:
         self.stack.setCurrentWidget(self.welcome if on else self.grid)
@@ -462,6 +479,8 @@ class SearchView(QWidget):
         if seq != self._budget_seq or text != self.editor.toPlainText():
             return
         self.token_label.setText(f"{b.used} / {b.budget} tokens")
+        if text.strip() and text != self._query_at_error:
+            self.clear_error()  # the model reads the new query: "type a description" or "no model" is past
         if b.truncated:
             over = b.total - b.budget
             self.token_label.setStyleSheet(f"color: {theme.warning_colour()}; font-weight: bold;")
@@ -605,6 +624,14 @@ class SearchView(QWidget):
     def _set_status(self, text: str, error: bool = False) -> None:
         self.status.setText(text)
         self.status.setStyleSheet(f"color: {theme.warning_colour()};" if error else "")
+        self.status_is_error = error
+        self._query_at_error = self.editor.toPlainText() if error else None
+
+    def clear_error(self) -> None:
+        """Something worked since the error shown (a model installed, a folder indexed, the query
+        read): the error is stale, the status line goes back to its hint."""
+        if self.status_is_error:
+            self._set_status(READY_TEXT)
 
     # -- results interaction ------------------------------------------------------------------------------
     def current_hit(self) -> Any:
