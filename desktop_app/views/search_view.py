@@ -618,12 +618,18 @@ class SearchView(QWidget):
         parts += list(getattr(result, "notes", ()))
         if not result.hits:
             parts.insert(0, "No results: is a folder indexed with this model, and do the filters match?")
-        self._set_status(" · ".join(parts))
+        warnings = list(getattr(result, "warnings", ()))
+        if warnings:
+            # Before everything else and in the warning colour: the results themselves are in doubt.
+            self._set_status(" · ".join(f"⚠ {w[:1].upper()}{w[1:]}" for w in warnings) + "\n" + " · ".join(parts),
+                             warning=True)
+        else:
+            self._set_status(" · ".join(parts))
         self.results_shown.emit(len(result.hits))
 
-    def _set_status(self, text: str, error: bool = False) -> None:
+    def _set_status(self, text: str, error: bool = False, warning: bool = False) -> None:
         self.status.setText(text)
-        self.status.setStyleSheet(f"color: {theme.warning_colour()};" if error else "")
+        self.status.setStyleSheet(f"color: {theme.warning_colour()};" if error or warning else "")
         self.status_is_error = error
         self._query_at_error = self.editor.toPlainText() if error else None
 
