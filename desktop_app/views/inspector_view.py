@@ -64,6 +64,7 @@ def grounding_caption(grounding: Any) -> str:
 BACK_KEYS = ("Esc", "Backspace")
 NEXT_KEYS = ("J", "Alt+Right")
 PREVIOUS_KEYS = ("K", "Alt+Left")
+SELECT_NOTICE = "Select a phrase: its map shows where, its brightness how strong the support."
 # Below this support a phrase's map is drawn so faint that the notice says why.
 WEAK_SUPPORT = 0.2
 KIND_NOTES = {
@@ -287,8 +288,6 @@ class InspectorView(QWidget):
         qb.addWidget(self.query_label)
 
         side = QWidget()
-        side.setMinimumWidth(300)
-        side.setMaximumWidth(460)
         sl = QVBoxLayout(side)
         sl.setContentsMargins(8, 0, 0, 0)
         sl.addWidget(self.title)
@@ -300,10 +299,20 @@ class InspectorView(QWidget):
         sl.addWidget(self.metadata_box)
         sl.addWidget(query_box)
         sl.addWidget(self.phrase_box, 1)
+        # The panel scrolls rather than setting the window's height: a long file name, path or
+        # notice must not push the window past 640 px.
+        self.side_scroll = QScrollArea()
+        self.side_scroll.setObjectName("inspector-side")
+        self.side_scroll.setWidget(side)
+        self.side_scroll.setWidgetResizable(True)
+        self.side_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.side_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.side_scroll.setMinimumWidth(300)
+        self.side_scroll.setMaximumWidth(460)
 
         split = QSplitter()
         split.addWidget(left)
-        split.addWidget(side)
+        split.addWidget(self.side_scroll)
         split.setStretchFactor(0, 1)
         split.setStretchFactor(1, 0)
         split.setSizes([900, 360])
@@ -441,8 +450,7 @@ class InspectorView(QWidget):
             self._set_overlay_enabled(False)
             self.canvas.clear_overlay()
             return
-        self.notice.setText("Select a phrase to see where the picture supports it; the brighter "
-                            "the map, the stronger the support.")
+        self.notice.setText(SELECT_NOTICE)
         calibrated = bool(getattr(grounding, "calibrated", False))
         self.calibration_note.setText(grounding_caption(grounding) + ("" if calibrated else "\n" + UNCALIBRATED))
         self.calibration_note.setToolTip(f"model {getattr(grounding, 'model_id', '')}")
@@ -507,8 +515,7 @@ class InspectorView(QWidget):
                 self.notice.setText(f"“{phrase_label(pm.phrase)}” has support {pm.support:.2f}: the picture "
                                     "hardly supports it, so its map is drawn faint.")
             else:
-                self.notice.setText("Select a phrase to see where the picture supports it; the brighter "
-                                    "the map, the stronger the support.")
+                self.notice.setText(SELECT_NOTICE)
 
     # -- export --------------------------------------------------------------------------------------
     def export_dialog(self) -> None:

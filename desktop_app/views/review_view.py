@@ -211,7 +211,9 @@ class ReviewView(QWidget):
         self.progress = QProgressBar()
         self.progress.setObjectName("review-progress")
         self.progress.setFormat("%v of %m reviewed")
-        self.progress.setFixedWidth(220)
+        # Between these widths: its fixed 220 px made the top bar too wide for a 1024 px window.
+        self.progress.setMinimumWidth(130)
+        self.progress.setMaximumWidth(220)
         self.progress.setRange(0, 0)
         self.progress.setVisible(False)  # no count to show until a file is open
         self.export_button = QPushButton("Export…")

@@ -82,13 +82,19 @@ def test_inspector_lists_more_than_two_phrases_at_1024(qtbot, small, photos):
 def test_review_wraps_a_long_sentence_without_a_sideways_scroll_bar(qtbot, small, photos, tmp_path):
     img = sorted(photos.rglob("*.jpg"))[0]
     cap = tmp_path / "long.jsonl"
-    cap.write_text(json.dumps({"image": str(img), "caption": LONG_SENTENCE + " " + LONG_SENTENCE}) + "\n",
+    cap.write_text(json.dumps({"image": str(img), "caption": LONG_SENTENCE + " " + LONG_SENTENCE}) + "\n"
+                   + json.dumps({"image": "missing.jpg", "caption": "A line whose picture is missing."}) + "\n",
                    encoding="utf-8")
     review = small.review_view
     small.tabs.setCurrentWidget(review)
     settle(qtbot, review.open_file(str(cap)))
     qtbot.waitUntil(lambda: review.item is not None and len(review.rows) == 3, timeout=WAIT_MS)
     QApplication.processEvents()
+    # With a file open (its name, the item position, the count, the skipped-lines notice) the
+    # window still fits.
+    assert review.problems_label.isVisible() and review.position_label.text().startswith("Item 1 of 1")
+    assert small.minimumSizeHint().width() <= SMALL[0], small.minimumSizeHint()
+    assert (small.width(), small.height()) == SMALL
     scroll = review.rows_scroll
     assert not scroll.horizontalScrollBar().isVisible()
     width = scroll.viewport().width()
