@@ -138,6 +138,14 @@ class Backend:
 
         return SETTINGS_CHOICES[key].choices
 
+    @staticmethod
+    def available_devices() -> tuple[str, ...]:
+        """The devices this machine can run a model on (engine.models.device decides; imports
+        torch, so the GUI asks from a worker)."""
+        from engine.models.device import available_devices
+
+        return available_devices()
+
     def save_settings(self, values: dict[str, Any]) -> None:
         """Raises a LonglensError naming the setting when a value is out of range; nothing is written."""
         with self._settings_lock:
@@ -487,6 +495,13 @@ class Backend:
 
         roots = [lib.root for lib in self.services.catalog.libraries()]
         return str(check_output(dest, what="export", kind="export", inputs=inputs, library_roots=roots))
+
+    def export_folder_for(self, picture: str) -> str:
+        """Where a save dialog for a file about `picture` opens: next to it, or next to its photo
+        folder when it lies in a library (an export is never written into one)."""
+        from engine.outputs import nearest_output_folder
+
+        return str(nearest_output_folder(picture, [lib.root for lib in self.services.catalog.libraries()]))
 
     def export_review(self, session, dest: str) -> int:
         from engine import review

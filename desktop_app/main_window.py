@@ -6,7 +6,7 @@ import gc
 import html
 from typing import Any
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -35,12 +35,15 @@ from desktop_app.widgets.progress_panel import ProgressPanel
 DEFAULT_SIZE = (1440, 900)
 SHORTCUTS_HELP = """<h3>Keyboard</h3>
 <table cellspacing=4>
-<tr><td><b>Ctrl+Enter</b></td><td>search</td></tr>
+<tr><td><b>Ctrl+Enter</b></td><td>search (from the query or any filter)</td></tr>
+<tr><td><b>Ctrl+L / Ctrl+F</b></td><td>go to the query</td></tr>
 <tr><td><b>Arrows</b></td><td>move in the results</td></tr>
 <tr><td><b>Enter</b></td><td>open the selected result in the inspector</td></tr>
 <tr><td><b>Space</b></td><td>quick look (results) · next item (review)</td></tr>
 <tr><td><b>Ctrl+Shift+F</b></td><td>find pictures similar to the selected one</td></tr>
 <tr><td><b>+ / − / 0 / Ctrl+1</b></td><td>zoom in / out / fit / 100% (inspector)</td></tr>
+<tr><td><b>Esc / Backspace</b></td><td>back to the results (inspector)</td></tr>
+<tr><td><b>J / K, Alt+→ / Alt+←</b></td><td>next / previous result (inspector)</td></tr>
 <tr><td><b>Backspace</b></td><td>previous item (review)</td></tr>
 <tr><td><b>1 / 2 / 3</b></td><td>faithful / unfaithful / unsure (review)</td></tr>
 <tr><td><b>↑ / ↓, N</b></td><td>pick item or sentence, write a note (review)</td></tr>
@@ -62,6 +65,7 @@ class MainWindow(QMainWindow):
         self._initial_query = initial_query
         self._search_after_index: str | None = None
         self._shut = False
+        self._status_error: str | None = None  # the error the status bar shows, until something works
         self.dialogs: list[QWidget] = []
 
         self.queue = IndexQueue(backend, hub, self)
@@ -81,16 +85,23 @@ class MainWindow(QMainWindow):
         self.model_label.setWordWrap(True)
         self.model_label.setTextFormat(Qt.TextFormat.RichText)
         models_button = QPushButton("Models…")
+        models_button.setObjectName("models-button")
+        # Never the keyboard's resting place: after a view switch typed text and Space went here
+        # (Space opened the dialog). The dialog stays one key away in File > Models….
+        models_button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         models_button.clicked.connect(self.open_models)
+        self.models_button = models_button
         banner = QHBoxLayout()
         banner.setContentsMargins(12, 8, 12, 0)
         banner.addWidget(self.model_label, 1)
         banner.addWidget(models_button)
+        self.banner = QWidget()
+        self.banner.setLayout(banner)
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.setSpacing(0)
-        rl.addLayout(banner)
+        rl.addWidget(self.banner)
         rl.addWidget(self.tabs, 1)
 
         split = QSplitter()
@@ -130,9 +141,11 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", "Ctrl+Q", self.close)
         view = self.menuBar().addMenu("&View")
-        self._action(view, "&Search", "Alt+1", lambda: self.tabs.setCurrentWidget(self.search_view))
-        self._action(view, "&Inspector", "Alt+2", lambda: self.tabs.setCurrentWidget(self.inspector_view))
-        self._action(view, "&Review", "Alt+3", lambda: self.tabs.setCurrentWidget(self.review_view))
+        self._action(view, "&Search", "Alt+1", lambda: self.show_view(self.search_view))
+        self._action(view, "&Inspector", "Alt+2", lambda: self.show_view(self.inspector_view))
+        self._action(view, "&Review", "Alt+3", lambda: self.show_view(self.review_view))
+        focus = self._action(view, "Go to the &query", "Ctrl+L", self.focus_query)
+        focus.setShortcuts([QKeySequence("Ctrl+L"), QKeySequence("Ctrl+F")])
         view.addSeparator()
         self._action(view, "Full screen", "F11", self.toggle_full_screen)
         help_menu = self.menuBar().addMenu("&Help")
@@ -151,7 +164,24 @@ class MainWindow(QMainWindow):
         menu.addAction(a)
         return a
 
+    def show_view(self, view: QWidget) -> None:
+        """Switch views and give the keyboard to the view's own place (query, picture, review)."""
+        self.tabs.setCurrentWidget(view)
+        view.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def focus_query(self) -> None:
+        self.tabs.setCurrentWidget(self.search_view)
+        self.search_view.focus_query()
+
+    def _view_changed(self, _index: int) -> None:
+        # However the view changed (Alt+1, a click on the tab, opening a result), the keyboard
+        # must not stay with whatever Qt picked when the old page was hidden (the Models… button
+        # or a filter): it goes to the new view's own place, unless the tab bar itself has it.
+        if not self.tabs.tabBar().hasFocus():
+            self.tabs.currentWidget().setFocus(Qt.FocusReason.OtherFocusReason)
+
     def _connect(self) -> None:
+        self.tabs.currentChanged.connect(self._view_changed)
         self.library_view.index_requested.connect(self.queue.enqueue)
         self.library_view.libraries_changed.connect(self.search_view.set_libraries)
         self.queue.started.connect(self._index_started)
@@ -161,6 +191,11 @@ class MainWindow(QMainWindow):
         self.search_view.add_folder_requested.connect(self.library_view.add_folder_dialog)
         self.search_view.demo_requested.connect(self.open_demo)
         self.inspector_view.find_similar.connect(self.find_similar)
+        self.inspector_view.back_requested.connect(self.back_to_results)
+        self.inspector_view.step_requested.connect(self.step_result)
+        self.inspector_view.exported.connect(self._overlay_exported)
+        self.search_view.results_shown.connect(lambda _n: self.action_succeeded())
+        self.review_view.full_screen_changed.connect(self._review_full_screen)
 
     def start(self) -> None:
         self.library_view.refresh()
@@ -168,6 +203,20 @@ class MainWindow(QMainWindow):
         if self._initial_query:
             self.search_view.run_text_query(self._initial_query)
             self._initial_query = None
+
+    # -- status line -------------------------------------------------------------------------------
+    def show_status_error(self, text: str) -> None:
+        """An error in the status bar stays until the next action that works (action_succeeded)."""
+        self._status_error = text
+        self.statusBar().showMessage(text)
+
+    def action_succeeded(self) -> None:
+        """Something worked: an error still shown in the status bar or the search view is stale."""
+        if self._status_error is not None:
+            if self.statusBar().currentMessage() == self._status_error:
+                self.statusBar().clearMessage()
+            self._status_error = None
+        self.search_view.clear_error()
 
     # -- model banner ----------------------------------------------------------------------------
     def update_model_banner(self) -> None:
@@ -183,7 +232,10 @@ class MainWindow(QMainWindow):
                                      f'<span style="color:{warn}"><b>{html.escape(state.notice)}</b></span>')
         else:
             self.model_label.setText(f"Model <b>{html.escape(state.name)}</b>")
+        previous = getattr(self, "model_state", None)
         self.model_state = state
+        if state.name is not None and previous is not None and previous.name != state.name:
+            self.search_view._update_budget()  # a model now reads the query: its errors are past
 
     # -- indexing ------------------------------------------------------------------------------------
     def _index_started(self, root: str) -> None:
@@ -203,7 +255,7 @@ class MainWindow(QMainWindow):
         if not self.queue.busy:
             self.progress_panel.end()
         if error:
-            self.statusBar().showMessage(f"Indexing {root} failed: {error}", 15000)
+            self.show_status_error(f"Indexing {root} failed: {error}")
             messages.show_error(self, "Indexing failed", error)
             return
         if summary is None:
@@ -222,6 +274,7 @@ class MainWindow(QMainWindow):
                          "they were indexed")
             if summary.unreadable:
                 text += f"; {len(summary.unreadable)} unreadable (see the library panel)"
+        self.action_succeeded()
         self.statusBar().showMessage(text, 20000)
         self.last_index_message = text
         if self._search_after_index and not summary.cancelled:
@@ -238,14 +291,34 @@ class MainWindow(QMainWindow):
             self._search_after_index = self.backend.demo_query()
             self.queue.enqueue(folder)
 
-        self.hub.call(self.backend.demo_setup, on_result=ready,
-                      on_error=lambda m: messages.show_error(self, "Demo collection", m))
+        def failed(message: str) -> None:
+            self.show_status_error(f"The demo collection could not be prepared: {message}")
+            messages.show_error(self, "Demo collection", message)
+
+        self.hub.call(self.backend.demo_setup, on_result=ready, on_error=failed)
 
     # -- navigation between views -------------------------------------------------------------------------
     def open_in_inspector(self, hit: Any, query: dict) -> None:
         self.inspector_view.show_hit(hit, query)
         self.tabs.setCurrentWidget(self.inspector_view)
         self.inspector_view.canvas.setFocus()
+
+    def _overlay_exported(self, path: str) -> None:
+        self.action_succeeded()
+        self.statusBar().showMessage(f"Overlay saved to {path}", 15000)
+
+    def back_to_results(self) -> None:
+        self.tabs.setCurrentWidget(self.search_view)
+        self.search_view.focus_results()
+
+    def step_result(self, step: int) -> None:
+        """Next / previous result in the inspector, in the order the results grid shows them."""
+        hit = self.search_view.step_result(step)
+        if hit is None:
+            self.statusBar().showMessage("This is the last result." if step > 0 else "This is the first result.",
+                                         5000)
+            return
+        self.inspector_view.show_hit(hit, dict(self.search_view.query))
 
     def find_similar(self, path: str) -> None:
         self.tabs.setCurrentWidget(self.search_view)
@@ -257,6 +330,17 @@ class MainWindow(QMainWindow):
 
     def toggle_full_screen(self) -> None:
         self.showNormal() if self.isFullScreen() else self.showFullScreen()
+
+    def _review_full_screen(self, on: bool) -> None:
+        """Review's full screen (F) is for the picture and its caption: no library panel, no banner."""
+        self.library_view.setVisible(not on)
+        self.banner.setVisible(not on)
+
+    def changeEvent(self, event) -> None:
+        super().changeEvent(event)
+        # However full screen ends (F, Esc, F11, the window manager), the panels come back.
+        if event.type() == QEvent.Type.WindowStateChange and not self.isFullScreen():
+            self._review_full_screen(False)
 
     # -- dialogs ----------------------------------------------------------------------------------------
     def open_settings(self) -> SettingsDialog:
@@ -270,6 +354,7 @@ class MainWindow(QMainWindow):
         from PySide6.QtWidgets import QApplication
 
         theme.apply_theme(QApplication.instance(), values.get("theme") or "system")
+        self.action_succeeded()
         self.search_view.top_spin.setValue(int(values.get("top_k") or 200))
         self.update_model_banner()
         self.search_view._update_budget()

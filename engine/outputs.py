@@ -82,6 +82,22 @@ def indexed_library_roots(catalog_path: Path) -> list[Path]:
         return [Path(lib.root) for lib in catalog.libraries()]
 
 
+def nearest_output_folder(picture: Path | str, library_roots: Iterable[Path | str] = ()) -> Path:
+    """The folder nearest to `picture` that check_output accepts for a file about it: the
+    picture's own folder, or, when it lies in an indexed library (Longlens never writes into
+    photo folders), the folder that holds the outermost such library, next to the photo folder."""
+    folder = _resolved(picture).parent
+    roots = [_resolved(r) for r in library_roots]
+    while True:
+        holding = [r for r in roots if _inside(folder, r)]
+        if not holding:
+            return folder
+        outer = min(holding, key=lambda r: len(r.parts))
+        if outer.parent == outer:  # a library at the file system's root: nowhere above it
+            return outer
+        folder = outer.parent
+
+
 def check_output(
     out: Path | str,
     *,

@@ -124,6 +124,9 @@ class SearchResult:
     reranked: int = 0
     #: Things the user should know about this search (e.g. why re-ranking was not done).
     notes: list[str] = field(default_factory=list)
+    #: Reasons to doubt the results themselves (e.g. the query is not in a language the model
+    #: was trained on, engine.text.language), shown before the results.
+    warnings: list[str] = field(default_factory=list)
     #: The order of `hits` (engine.options.RESULT_ORDER: relevance, date-new, date-old).
     order: str = "relevance"
     #: Where a relevance cut-off ended the results (engine.search.ordering.Cutoff), None without one.

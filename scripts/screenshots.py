@@ -106,7 +106,22 @@ def run(out: Path, home: Path) -> int:
         pix.save(str(path))
         print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
+    def both(name: str) -> None:
+        """The view at full size and in a 1024x640 window (issue 20: the app must work there)."""
+        shot(f"{name}.png")
+        win.resize(1024, 640)
+        try:
+            until(lambda: (win.width(), win.height()) == (1024, 640), 10, "resize to 1024x640")
+        except TimeoutError:
+            raise TimeoutError(f"{name}: the window stays {win.width()}x{win.height()} "
+                               f"(minimum {win.minimumSizeHint().width()}x{win.minimumSizeHint().height()})") from None
+        shot(f"{name}-1024.png")
+        win.resize(*SIZE)
+        until(lambda: (win.width(), win.height()) == SIZE, 10, "resize back")
+        pump(0.2)
+
     pump(0.5)
+    both("welcome")  # the first run: an empty catalog
     done = []
     win.queue.finished.connect(lambda *a: done.append(a))
     win.library_view.add_folder(str(photos))
@@ -123,17 +138,25 @@ def run(out: Path, home: Path) -> int:
     visible = min(view.model.rowCount(), 15)
     until(lambda: all(view.model.index(r).data(ThumbnailStateRole) != "loading" for r in range(visible)),
           30, "thumbnails")
-    shot("search-results.png")
+    both("search-results")
 
     # Inspector with the model's real phrase grounding: one phrase's region map overlaid.
     view.open_current()
     insp = win.inspector_view
     until(lambda: not insp.canvas.image().isNull(), 30, "inspector image")
     until(lambda: insp.grounding is not None, 60, "grounding")
-    insp.select_phrase(1)
+    # The strongest object phrase: its map as bright as its support.
+    best = max((i for i, pm in enumerate(insp.grounding.phrases) if pm.phrase.kind == "noun_phrase"),
+               key=lambda i: insp.grounding.phrases[i].support)
+    insp.select_phrase(best)
     insp.opacity.setValue(65)
     pump(0.3)
-    shot("inspector.png")
+    both("inspector")
+    # The exported overlay (legend and phrase in a band below the picture).
+    (out / "overlay-export.png").unlink(missing_ok=True)  # the export never overwrites a picture
+    if not insp.export_overlay(str(out / "overlay-export.png")):
+        raise RuntimeError("the overlay export was refused")
+    print(f"wrote {(out / 'overlay-export.png').relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 
     # Review mode on a small caption file.
     from engine.sceneworld import generate_scene
@@ -171,7 +194,7 @@ def run(out: Path, home: Path) -> int:
     until(lambda: not rv.canvas.image().isNull(), 30, "review image")
     until(lambda: hub.serial.activeThreadCount() == 0, 10, "verdicts saved")
     pump(0.3)
-    shot("review.png")
+    both("review")
 
     # The dark palette (what a system set to dark mode gets).
     theme.apply_theme(app, "dark")
@@ -182,6 +205,26 @@ def run(out: Path, home: Path) -> int:
 
     theme.apply_theme(app, "light")
     win.update_model_banner()
+
+    # A German paragraph: searched, with the warning that the model reads English only.
+    job = view.run_text_query("Ein roter Ball liegt auf dem grünen Rasen neben einer Holzbank. "
+                              "Dahinter steht ein hoher Baum.")
+    until(lambda: not job.running, 60, "German search")
+    pump(0.3)
+    win.resize(1024, 640)
+    until(lambda: win.width() == 1024, 10, "resize to 1024x640")
+    shot("search-language-warning-1024.png")
+    win.resize(*SIZE)
+    until(lambda: win.width() == SIZE[0], 10, "resize back")
+
+    # Settings: the devices this machine has, the query reader in plain words.
+    dlg = win.open_settings()
+    until(lambda: not dlg._devices_job.running and not dlg._models_job.running, 60, "settings")
+    dlg.move(0, 0)
+    shot("settings.png", dlg)
+    dlg.reject()
+    job = view.run_text_query(demo_query)
+    until(lambda: not job.running, 60, "search")
     shoot_dates_and_duplicates(win, home, photos, shot, until, pump)
 
     win.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -33,6 +34,19 @@ COLUMNS = ("Model", "Status", "Size", "Description")
 # The stages of a pull whose counts are bytes (the others count files or steps): the download, and
 # the check of a converted checkpoint (Long-CLIP's .pt) right before it is unpickled.
 _BYTE_STAGES = ("download", "verify")
+
+
+def description_text(m: ModelInfo) -> str:
+    """The description with the model's notice said once, in sentence case: a notice whose point
+    (after its colon) the description already makes is not repeated before it."""
+    desc = (m.description or "").strip()
+    if not m.notice:
+        return desc
+    point = m.notice.rsplit(":", 1)[-1].strip().rstrip(".").lower()
+    if point and point in desc.lower():
+        return desc
+    notice = m.notice.strip().rstrip(".")
+    return f"{notice[:1].upper()}{notice[1:]}. {desc}".strip()
 
 
 def _size(n: int | None) -> str:
@@ -131,9 +145,7 @@ class ModelsDialog(QDialog):
                 status = "damaged"
             if m.name == default:
                 status += " · default"
-            desc = m.description or ""
-            if m.notice:
-                desc = f"{m.notice.upper()}. {desc}"
+            desc = description_text(m)
             if m.problem:
                 desc = f"{m.problem} {desc}"
             for c, text in enumerate((m.name, status, _size(m.size_bytes), desc)):
@@ -141,6 +153,12 @@ class ModelsDialog(QDialog):
                 item.setToolTip(text)
                 if c == 0 and m.notice:
                     item.setForeground(self.palette().color(self.palette().ColorRole.Text))
+                if c == 3 and desc != (m.description or "").strip():
+                    # The notice leads the description: in the warning colour, not in capitals.
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                    item.setForeground(QColor(theme.warning_colour()))
                 self.table.setItem(r, c, item)
         self.table.resizeColumnsToContents()
         self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)

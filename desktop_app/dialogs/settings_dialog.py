@@ -1,4 +1,4 @@
-"""Settings: device, model, text-tower override, index parameters, thumbnail cache, theme."""
+"""Settings: device, model, query reader (text-tower override), index parameters, thumbnail cache, theme."""
 
 from __future__ import annotations
 
@@ -22,12 +22,17 @@ from PySide6.QtWidgets import (
 
 from desktop_app.background import WorkerHub
 from desktop_app.dialogs import messages
-from desktop_app.facade import DEVICES, Backend, LonglensError, ModelInfo
+from desktop_app.facade import Backend, LonglensError, ModelInfo
 
 THEME_LABELS = {"system": "Follow the system", "light": "Light", "dark": "Dark"}
 DEVICE_LABELS = {"auto": "Automatic (best available)", "cuda": "CUDA (NVIDIA GPU)", "mps": "MPS (Apple GPU)",
                  "cpu": "CPU"}
 # A RAW file and a JPEG (or HEIF) of the same name in one folder: the camera's RAW+JPEG mode.
+# The "text_tower" setting in a photographer's words: what it does, not how it is built.
+QUERY_READER_LABEL = "Query reader (paragraph-trained text model)"
+QUERY_READER_TIP = ("A text model trained to read long, paragraph-length descriptions, used instead of the "
+                    "model's own to read your queries (the output folder of `longlens train`). "
+                    "Leave it empty to use the model's own. The pictures are not re-indexed.")
 RAW_JPEG_PAIR_LABELS = {"jpeg": "Index the JPEG only", "raw": "Index the RAW only", "both": "Index both files"}
 
 
@@ -43,10 +48,12 @@ class SettingsDialog(QDialog):
         s = backend.settings()
         self._initial = s
 
+        # Only the devices this machine has (engine.models.device decides, from a worker: it
+        # imports torch); until it answers, "Automatic" and the saved choice.
         self.device = QComboBox()
-        for d in DEVICES:
-            self.device.addItem(DEVICE_LABELS[d], d)
-        self.device.setCurrentIndex(max(0, self.device.findData(s.get("device") or "auto")))
+        self.device.setObjectName("settings-device")
+        self._fill_devices(("auto", "cpu"))
+        self._devices_job = hub.call(backend.available_devices, on_result=self._fill_devices)
 
         self.model = QComboBox()
         self.model.setMinimumWidth(320)
@@ -54,7 +61,9 @@ class SettingsDialog(QDialog):
         self._models_job = hub.call(backend.list_models, on_result=self._fill_models)
 
         self.tower = QLineEdit(s.get("text_tower") or "")
-        self.tower.setPlaceholderText("the model's own text tower")
+        self.tower.setObjectName("settings-query-reader")
+        self.tower.setPlaceholderText("the model's own")
+        self.tower.setToolTip(QUERY_READER_TIP)
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse_tower)
         clear = QPushButton("Clear")
@@ -107,7 +116,8 @@ class SettingsDialog(QDialog):
         mf = QFormLayout(model_box)
         mf.addRow("Device", self.device)
         mf.addRow("Model", self.model)
-        mf.addRow("Text tower", tower_row)
+        mf.addRow(QUERY_READER_LABEL, tower_row)
+        mf.labelForField(tower_row).setToolTip(QUERY_READER_TIP)
         mf.addRow("Query token budget", self.max_tokens)
         mf.addRow("Results per search", self.top_k)
         index_box = QGroupBox("Indexing")
@@ -145,8 +155,18 @@ class SettingsDialog(QDialog):
             idx = self.model.count() - 1
         self.model.setCurrentIndex(max(0, idx))
 
+    def _fill_devices(self, devices: tuple[str, ...]) -> None:
+        saved = self._initial.get("device") or "auto"
+        self.device.clear()
+        for d in devices:
+            self.device.addItem(DEVICE_LABELS.get(d, d), d)
+        if self.device.findData(saved) < 0:
+            # Kept as it is (the settings file may be shared with another machine), but said plainly.
+            self.device.addItem(f"{DEVICE_LABELS.get(saved, saved)}: not available on this computer", saved)
+        self.device.setCurrentIndex(self.device.findData(saved))
+
     def _browse_tower(self) -> None:
-        path = messages.choose_folder(self, "Choose a text tower folder")
+        path = messages.choose_folder(self, "Choose the query reader's folder")
         if path:
             self.tower.setText(path)
 
@@ -172,7 +192,7 @@ class SettingsDialog(QDialog):
             from pathlib import Path
 
             if not Path(tower).is_dir():
-                messages.show_error(self, "Text tower", f"{tower} is not a folder.")
+                messages.show_error(self, "Query reader", f"{tower} is not a folder.")
                 return
         try:
             self.backend.save_settings(values)

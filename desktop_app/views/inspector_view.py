@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QImage, QPainter, QPalette
+from PySide6.QtGui import QColor, QImage, QKeySequence, QPainter, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFrame,
@@ -60,11 +60,31 @@ def grounding_caption(grounding: Any) -> str:
     return f"{method} · {state}"
 
 
+# Keys of the inspector (also in the main window's keyboard help).
+BACK_KEYS = ("Esc", "Backspace")
+NEXT_KEYS = ("J", "Alt+Right")
+PREVIOUS_KEYS = ("K", "Alt+Left")
+SELECT_NOTICE = "Select a phrase: its map shows where, its brightness how strong the support."
+# Below this support a phrase's map is drawn so faint that the notice says why.
+WEAK_SUPPORT = 0.2
+KIND_NOTES = {
+    "setting": "a setting: its map is the picture's background, around the things named",
+    "relation": "a relation between two things: its map covers both",
+}
+
+
+def phrase_label(phrase: Any) -> str:
+    """The row's words: a relation's claim ("a camel on the sand"); its span alone ("on") says nothing."""
+    return phrase.claim if phrase.kind == "relation" else phrase.text
+
+
 class PhraseDelegate(QStyledItemDelegate):
     """A phrase with its support as a bar and a number."""
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
-        return QSize(200, option.fontMetrics.height() * 2 + 10)
+        # One text line and the support bar under it: compact, so a 640 px high window lists
+        # several phrases (it showed two).
+        return QSize(200, option.fontMetrics.height() + 16)
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         painter.save()
@@ -88,7 +108,7 @@ class PhraseDelegate(QStyledItemDelegate):
         painter.drawText(QRect(x, r.top() + 3, r.right() - x - sw, fm.height()), Qt.AlignmentFlag.AlignVCenter, text)
         painter.drawText(QRect(r.right() - sw, r.top() + 3, sw - 4, fm.height()),
                          Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, score)
-        bar = QRect(r.left() + 6, r.top() + fm.height() + 6, r.width() - 12, 5)
+        bar = QRect(r.left() + 6, r.top() + fm.height() + 5, r.width() - 12, 4)
         painter.fillRect(bar, pal.color(QPalette.ColorRole.Mid))
         fill = QRect(bar)
         fill.setWidth(int(bar.width() * max(0.0, min(1.0, support))))
@@ -99,6 +119,9 @@ class PhraseDelegate(QStyledItemDelegate):
 
 class InspectorView(QWidget):
     find_similar = Signal(object)  # image path
+    back_requested = Signal()  # Esc / Backspace: back to the results
+    step_requested = Signal(int)  # +1 next result, -1 previous (J / K, Alt+Right / Alt+Left)
+    exported = Signal(str)  # the overlay was saved there (the main window confirms it)
 
     def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -131,6 +154,20 @@ class InspectorView(QWidget):
         self.zoom_label = QLabel("")
         zoom_bar.addWidget(self.zoom_label)
         zoom_bar.addStretch(1)
+        self.back_button = QToolButton()
+        self.back_button.setText("← Results")
+        self.back_button.setToolTip("Back to the results (Esc or Backspace)")
+        self.back_button.clicked.connect(self.back_requested)
+        self.previous_button = QToolButton()
+        self.previous_button.setText("‹ Previous")
+        self.previous_button.setToolTip("Previous result (K or Alt+Left)")
+        self.previous_button.clicked.connect(lambda: self.step_requested.emit(-1))
+        self.next_button = QToolButton()
+        self.next_button.setText("Next ›")
+        self.next_button.setToolTip("Next result (J or Alt+Right)")
+        self.next_button.clicked.connect(lambda: self.step_requested.emit(1))
+        for b in (self.back_button, self.previous_button, self.next_button):
+            zoom_bar.addWidget(b)
         self.canvas.zoom_changed.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f}%"))
         left = QWidget()
         ll = QVBoxLayout(left)
@@ -155,7 +192,8 @@ class InspectorView(QWidget):
         self.query_label = QPlainTextEdit()
         self.query_label.setReadOnly(True)
         self.query_label.setObjectName("inspector-query")
-        self.query_label.setMaximumHeight(self.query_label.fontMetrics().lineSpacing() * 6 + 12)
+        # Four lines (it scrolls): the phrase list below needs the height more.
+        self.query_label.setMaximumHeight(self.query_label.fontMetrics().lineSpacing() * 4 + 12)
 
         self.notice = QLabel("")
         self.notice.setObjectName("grounding-notice")
@@ -174,6 +212,7 @@ class InspectorView(QWidget):
         self.mode_phrase.toggled.connect(lambda _on: self._render_overlay())
         self.phrases = QListWidget()
         self.phrases.setObjectName("phrase-list")
+        self.phrases.setMinimumHeight((self.phrases.fontMetrics().height() + 16) * 3 + 6)  # three rows at least
         self.phrases.setItemDelegate(PhraseDelegate(self.phrases))
         self.phrases.currentRowChanged.connect(lambda _r: self._phrase_selected())
         self.opacity = QSlider(Qt.Orientation.Horizontal)
@@ -249,8 +288,6 @@ class InspectorView(QWidget):
         qb.addWidget(self.query_label)
 
         side = QWidget()
-        side.setMinimumWidth(300)
-        side.setMaximumWidth(460)
         sl = QVBoxLayout(side)
         sl.setContentsMargins(8, 0, 0, 0)
         sl.addWidget(self.title)
@@ -262,16 +299,33 @@ class InspectorView(QWidget):
         sl.addWidget(self.metadata_box)
         sl.addWidget(query_box)
         sl.addWidget(self.phrase_box, 1)
+        # The panel scrolls rather than setting the window's height: a long file name, path or
+        # notice must not push the window past 640 px.
+        self.side_scroll = QScrollArea()
+        self.side_scroll.setObjectName("inspector-side")
+        self.side_scroll.setWidget(side)
+        self.side_scroll.setWidgetResizable(True)
+        self.side_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.side_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.side_scroll.setMinimumWidth(300)
+        self.side_scroll.setMaximumWidth(460)
 
         split = QSplitter()
         split.addWidget(left)
-        split.addWidget(side)
+        split.addWidget(self.side_scroll)
         split.setStretchFactor(0, 1)
         split.setStretchFactor(1, 0)
         split.setSizes([900, 360])
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 10, 10, 6)
         lay.addWidget(split)
+        self.setFocusProxy(self.canvas)  # a view switch gives the keyboard to the picture
+        for keys, slot in ((BACK_KEYS, self.back_requested.emit), (NEXT_KEYS, lambda: self.step_requested.emit(1)),
+                           (PREVIOUS_KEYS, lambda: self.step_requested.emit(-1))):
+            for key in keys:
+                sc = QShortcut(QKeySequence(key), self)
+                sc.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+                sc.activated.connect(slot)
         self._set_overlay_enabled(False)
 
     # -- showing a picture ---------------------------------------------------------------------
@@ -396,17 +450,19 @@ class InspectorView(QWidget):
             self._set_overlay_enabled(False)
             self.canvas.clear_overlay()
             return
-        self.notice.setText("Select a phrase to see where the picture supports it.")
+        self.notice.setText(SELECT_NOTICE)
         calibrated = bool(getattr(grounding, "calibrated", False))
         self.calibration_note.setText(grounding_caption(grounding) + ("" if calibrated else "\n" + UNCALIBRATED))
         self.calibration_note.setToolTip(f"model {getattr(grounding, 'model_id', '')}")
         self.calibration_note.show()
         for i, pm in enumerate(grounding.phrases):
-            item = QListWidgetItem(pm.phrase.text)
+            label = phrase_label(pm.phrase)
+            item = QListWidgetItem(label)
             item.setData(SupportRole, float(pm.support))
             item.setData(ColourRole, overlay.PHRASE_COLOURS[i % len(overlay.PHRASE_COLOURS)])
             state = "" if calibrated else ", uncalibrated"
-            item.setToolTip(f"{pm.phrase.text}\nsupport {pm.support:.3f} ({pm.phrase.kind}{state})")
+            kind = KIND_NOTES.get(pm.phrase.kind, pm.phrase.kind.replace("_", " "))
+            item.setToolTip(f"{label}\nsupport {pm.support:.3f} ({kind}{state})")
             self.phrases.addItem(item)
         self._set_overlay_enabled(bool(grounding.phrases))
         if grounding.phrases:
@@ -415,7 +471,12 @@ class InspectorView(QWidget):
         self._render_overlay()
 
     def _set_overlay_enabled(self, on: bool) -> None:
-        for w in (self.mode_phrase, self.mode_all, self.phrases, self.opacity, self.legend, self.export_button):
+        controls = (self.mode_phrase, self.mode_all, self.phrases, self.opacity, self.legend, self.export_button)
+        if not on and any(w.hasFocus() for w in controls):
+            # A disabled widget passes the keyboard on down the focus chain, out of this view
+            # (J / K and Esc would then stop working): keep it on the picture.
+            self.canvas.setFocus(Qt.FocusReason.OtherFocusReason)
+        for w in controls:
             w.setEnabled(on)
 
     def set_mode(self, mode: str) -> None:
@@ -439,28 +500,51 @@ class InspectorView(QWidget):
             return
         opacity = self.opacity.value() / 100
         if self.mode() == "all":
-            self.canvas.set_overlay(overlay.all_phrases_image([pm.heatmap for pm in g.phrases]), opacity)
-            self.legend.show_phrases([f"{pm.phrase.text} ({pm.support:.2f})" for pm in g.phrases])
+            self.canvas.set_overlay(overlay.all_phrases_image([pm.heatmap for pm in g.phrases],
+                                                              [pm.support for pm in g.phrases]), opacity)
+            self.legend.show_phrases([f"{phrase_label(pm.phrase)} ({pm.support:.2f})" for pm in g.phrases])
         else:
             row = self.phrases.currentRow()
             if not 0 <= row < len(g.phrases):
                 self.canvas.clear_overlay()
                 return
-            self.canvas.set_overlay(overlay.heatmap_image(g.phrases[row].heatmap), opacity)
+            pm = g.phrases[row]
+            self.canvas.set_overlay(overlay.heatmap_image(pm.heatmap, pm.support), opacity)
             self.legend.show_ramp()
+            if pm.support < WEAK_SUPPORT:
+                self.notice.setText(f"“{phrase_label(pm.phrase)}” has support {pm.support:.2f}: the picture "
+                                    "hardly supports it, so its map is drawn faint.")
+            else:
+                self.notice.setText(SELECT_NOTICE)
 
     # -- export --------------------------------------------------------------------------------------
     def export_dialog(self) -> None:
         if not self.canvas.has_overlay():
             messages.show_error(self, "Nothing to export", "Select a phrase first: there is no overlay to export.")
             return
-        stem = os.path.splitext(os.path.basename(self.path or "overlay"))[0]
-        dest = messages.choose_save_file(self, "Export overlay", "PNG image (*.png)", f"{stem}-overlay.png")
+        dest = messages.choose_save_file(self, "Export overlay", "PNG image (*.png)", self.export_suggestion())
         if dest:
             self.export_overlay(dest)
 
+    def export_suggestion(self) -> str:
+        """The path the save dialog proposes: next to the picture (next to its photo folder when
+        it is in a library, where Longlens never writes), named after it and the phrase."""
+        stem = os.path.splitext(os.path.basename(self.path or "overlay"))[0]
+        folder = self.backend.export_folder_for(self.path) if self.path else os.path.expanduser("~")
+        return os.path.join(folder, f"{stem}-overlay.png")
+
+    def _legend_for_export(self) -> tuple[str, list[tuple[QColor, str]], float | None]:
+        g = self.grounding
+        if self.mode() == "all":
+            entries = [(overlay.phrase_colour(i), f"{phrase_label(pm.phrase)} ({pm.support:.2f})")
+                       for i, pm in enumerate(g.phrases)]
+            return "All phrases: each colour marks its phrase's strongest region", entries, None
+        pm = g.phrases[self.phrases.currentRow()]
+        return f"“{phrase_label(pm.phrase)}”: support {pm.support:.2f}", [], float(pm.support)
+
     def export_overlay(self, dest: str) -> bool:
-        """Save the picture with the current overlay at full resolution as PNG."""
+        """Save the picture with the current overlay at full resolution as PNG, with a band below
+        it naming the phrase and explaining the colours."""
         from PySide6.QtCore import QSaveFile
         from PySide6.QtGui import QImageWriter
 
@@ -472,6 +556,8 @@ class InspectorView(QWidget):
             messages.show_error(self, "Export refused", str(exc))
             return False
         composed = overlay.compose(self.canvas.image(), self.canvas.overlay(), self.canvas.overlay_opacity())
+        title, entries, support = self._legend_for_export()
+        composed = overlay.with_legend(composed, title, entries, support)
         f = QSaveFile(dest)  # written to a temporary file and renamed: never half a PNG
         if not f.open(QSaveFile.OpenModeFlag.WriteOnly):
             messages.show_error(self, "Export failed", f"Cannot write {dest}: {f.errorString()}")
@@ -481,4 +567,5 @@ class InspectorView(QWidget):
             f.cancelWriting()
             messages.show_error(self, "Export failed", f"Cannot write {dest}: {writer.errorString()}")
             return False
+        self.exported.emit(dest)
         return True

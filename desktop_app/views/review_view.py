@@ -14,8 +14,8 @@ import html
 import os
 from typing import Any
 
-from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QImage, QKeySequence, QShortcut
+from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Signal
+from PySide6.QtGui import QFontMetrics, QImage, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFrame,
@@ -40,6 +40,9 @@ from desktop_app.widgets.image_canvas import ImageCanvas
 
 CAPTION_FILTER = "Caption files (*.jsonl *.ndjson *.json *.csv *.tsv);;All files (*)"
 VERDICT_LABELS = {"faithful": "Faithful", "unfaithful": "Unfaithful", "unsure": "Unsure"}
+# The chosen verdict's button is filled with its colour (white bold text): readable at a glance on
+# both palettes, where Fusion's own "checked" look is a barely darker grey.
+VERDICT_COLOURS = {"faithful": "#2e7d32", "unfaithful": "#c62828", "unsure": "#b26a00"}
 # The marker of an item against the previous version of its caption file.
 CHANGE_LABELS = {
     "new": "New in this version of the file",
@@ -71,21 +74,31 @@ class VerdictRow(QFrame):
         row.setSpacing(4)
         for i, v in enumerate(verdicts, start=1):
             b = QPushButton(f"{i}  {VERDICT_LABELS.get(v, v)}")
+            b.setObjectName(f"verdict-{v}")
             b.setCheckable(True)
             b.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+            colour = VERDICT_COLOURS.get(v, "#455a64")
+            b.setStyleSheet(f"QPushButton:checked {{ background-color: {colour}; color: white; font-weight: bold; "
+                            f"border: 1px solid {colour}; border-radius: 3px; padding: 3px 8px; }}")
+            bold = b.font()
+            bold.setBold(True)
+            # As wide chosen (bold) as not: choosing a verdict must not shift the row.
+            b.setMinimumWidth(QFontMetrics(bold).horizontalAdvance(b.text()) + 20)
             b.clicked.connect(lambda checked, v=v: self.choose(v if checked else None))
             self.group.addButton(b)
             self.buttons[v] = b
             row.addWidget(b)
+        row.addStretch(1)
         self.note = QLineEdit()
-        self.note.setPlaceholderText("Note (N)")
+        self.note.setPlaceholderText("Note (N; Enter when done)")
         self.note.editingFinished.connect(self._note_done)
-        row.addWidget(self.note, 1)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(8, 6, 8, 6)
         lay.setSpacing(4)
         lay.addWidget(self.text)
         lay.addLayout(row)
+        # Its own line: beside the buttons it made a row wider than the panel in a 1024 px window.
+        lay.addWidget(self.note)
         self._verdict: str | None = None
         self._saved_note = ""
         self._current = False
@@ -99,17 +112,20 @@ class VerdictRow(QFrame):
 
     def set_state(self, verdict: str | None, note: str) -> None:
         self._verdict = verdict
-        for v, b in self.buttons.items():
-            b.setChecked(v == verdict)
+        self._show_verdict()
         self.note.setText(note)
         self._saved_note = note
 
     def choose(self, verdict: str | None) -> None:
         self._verdict = verdict
-        for v, b in self.buttons.items():
-            b.setChecked(v == verdict)
+        self._show_verdict()
         self._saved_note = self.note.text()
         self.changed.emit(self.sentence_index, verdict, self.note.text())
+
+    def _show_verdict(self) -> None:
+        for v, b in self.buttons.items():
+            b.setChecked(v == self._verdict)
+            b.setToolTip("Chosen: press its key again to clear it" if v == self._verdict else "")
 
     def _note_done(self) -> None:
         if self.note.text() != self._saved_note:
@@ -136,8 +152,38 @@ class VerdictRow(QFrame):
         self.setStyleSheet(f"QFrame#verdict-row {{ {' '.join(parts)} }}" if parts else "")
 
 
+class _NoteKeys(QObject):
+    """Enter and Esc in a note field end the note and give the keys back to the review, so
+    arrows and digits set verdicts again instead of typing into the note."""
+
+    def __init__(self, view: ReviewView) -> None:
+        super().__init__(view)
+        self.view = view
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.KeyPress and event.key() in (
+                Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Escape):
+            self.view.leave_note()
+            return True
+        return False
+
+
+class _LeaveWatcher(QObject):
+    """The mouse left the caption: a phrase's map shown on hover goes away with it."""
+
+    def __init__(self, view: ReviewView) -> None:
+        super().__init__(view)
+        self.view = view
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Leave:
+            self.view.hover_ended()
+        return False
+
+
 class ReviewView(QWidget):
     item_shown = Signal(int)  # index
+    full_screen_changed = Signal(bool)  # the main window hides its library panel while on
 
     def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -163,9 +209,13 @@ class ReviewView(QWidget):
         self.change_label = QLabel("")
         self.change_label.setObjectName("review-change")
         self.progress = QProgressBar()
+        self.progress.setObjectName("review-progress")
         self.progress.setFormat("%v of %m reviewed")
-        self.progress.setFixedWidth(220)
-        self.progress.setValue(0)
+        # Between these widths: its fixed 220 px made the top bar too wide for a 1024 px window.
+        self.progress.setMinimumWidth(130)
+        self.progress.setMaximumWidth(220)
+        self.progress.setRange(0, 0)
+        self.progress.setVisible(False)  # no count to show until a file is open
         self.export_button = QPushButton("Export…")
         self.export_button.clicked.connect(self.export_dialog)
         self.full_button = QPushButton("Full screen (F)")
@@ -196,7 +246,9 @@ class ReviewView(QWidget):
         self.caption.setOpenLinks(False)
         self.caption.setMouseTracking(True)
         self.caption.highlighted.connect(self._hover_link)
+        self.caption.viewport().installEventFilter(_LeaveWatcher(self))
         self.caption.setMinimumHeight(110)
+        self._hovered: int | None = None  # the phrase whose map the mouse shows
         self.grounding_note = QLabel("")
         self.grounding_note.setWordWrap(True)
         self.rows_box = QWidget()
@@ -205,13 +257,24 @@ class ReviewView(QWidget):
         self.rows_layout.setSpacing(6)
         self.rows_layout.addStretch(1)
         scroll = QScrollArea()
+        scroll.setObjectName("review-rows")
         scroll.setWidgetResizable(True)
+        # The rows wrap their sentence to the panel's width: never a sideways scroll bar.
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(self.rows_box)
+        self.rows_scroll = scroll
         keys = QLabel("Space / Backspace: next / previous · 1 2 3: faithful / unfaithful / unsure · "
                       "↑ ↓: item or sentence · N: note · F: full screen")
         keys.setWordWrap(True)
         keys.setEnabled(False)
         right = QWidget()
+        # Never narrower than a row of verdict buttons beside the scroll bar: the rows wrap their
+        # text, and a sideways scroll bar would hide the buttons.
+        sample = VerdictRow("", None, self.verdicts)
+        # (+ 4: the current row's 2 px highlight border is wider than the panel frame it replaces)
+        right.setMinimumWidth(sample.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
+                              + 2 * scroll.frameWidth() + 8 + 4)
+        sample.deleteLater()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(8, 0, 0, 0)
         rl.addWidget(QLabel("<b>Caption</b> (hover a phrase to see its region)"))
@@ -233,6 +296,7 @@ class ReviewView(QWidget):
         lay.addWidget(self.problems_label)
         lay.addWidget(split, 1)
 
+        self._note_keys = _NoteKeys(self)
         self._shortcuts: list[QShortcut] = []
         self._bind("Space", self.next_item)
         self._bind("Backspace", self.previous_item)
@@ -276,6 +340,7 @@ class ReviewView(QWidget):
     def _opened(self, session: Any) -> None:
         self.session = session
         self._set_enabled(True)
+        self.progress.setVisible(True)
         name = os.path.basename(session.caption_file)
         how = "resumed where you stopped" if session.resumed else "new review"
         if session.changes is not None:
@@ -391,6 +456,7 @@ class ReviewView(QWidget):
         for row in self.rows:
             row.changed.connect(self._save)
             row.clicked.connect(self._row_clicked)
+            row.note.installEventFilter(self._note_keys)
             self.rows_layout.insertWidget(self.rows_layout.count() - 1, row)
         self.set_current_row(0)
 
@@ -411,6 +477,11 @@ class ReviewView(QWidget):
     def focus_note(self) -> None:
         if self.rows:
             self.rows[self.current_row].note.setFocus()
+
+    def leave_note(self) -> None:
+        """Enter / Esc in a note: save it and hand the keys back to the verdict shortcuts."""
+        self._commit_note()
+        self.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def _escape(self) -> None:
         if self.window().isFullScreen():
@@ -490,13 +561,23 @@ class ReviewView(QWidget):
         if s.startswith("phrase:") and self.grounding is not None:
             self.show_phrase_overlay(int(s.split(":", 1)[1]))
         else:
-            self._show_overlay_for_row()
+            self.hover_ended()
+
+    def hover_ended(self) -> None:
+        """Back from a hovered phrase's map to the selected row's maps (none for the whole item)."""
+        self._hovered = None
+        self._show_overlay_for_row()
+
+    def hovered_phrase(self) -> int | None:
+        return self._hovered
 
     def show_phrase_overlay(self, i: int) -> None:
         g = self.grounding
         if g is None or not 0 <= i < len(g.phrases):
             return
-        self.canvas.set_overlay(overlay.heatmap_image(g.phrases[i].heatmap), 0.6)
+        self._hovered = i
+        pm = g.phrases[i]
+        self.canvas.set_overlay(overlay.heatmap_image(pm.heatmap, pm.support), 0.6)
 
     def _show_overlay_for_row(self) -> None:
         """The selected sentence's phrases (strongest regions), or nothing for the whole item."""
@@ -508,9 +589,10 @@ class ReviewView(QWidget):
         if si >= len(self.item.sentences):
             return
         s, e = self.item.sentences[si]
-        maps = [pm.heatmap for pm in g.phrases if s <= pm.phrase.start < e]
-        if maps:
-            self.canvas.set_overlay(overlay.all_phrases_image(maps), 0.55)
+        own = [pm for pm in g.phrases if s <= pm.phrase.start < e]
+        if own:
+            self.canvas.set_overlay(overlay.all_phrases_image([pm.heatmap for pm in own],
+                                                              [pm.support for pm in own]), 0.55)
         else:
             self.canvas.clear_overlay()
 
@@ -536,8 +618,12 @@ class ReviewView(QWidget):
         return job
 
     def toggle_full_screen(self) -> None:
+        """F: the whole screen for the picture and the caption (the main window hides its library
+        panel on full_screen_changed); F or Esc again returns."""
         w = self.window()
         if w.isFullScreen():
             w.showNormal()
+            self.full_screen_changed.emit(False)
         else:
             w.showFullScreen()
+            self.full_screen_changed.emit(True)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QDate, QEvent, QModelIndex, QObject, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence, QPixmap, QShortcut
+from PySide6.QtGui import QAction, QKeySequence, QPixmap, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -40,6 +40,7 @@ from desktop_app.widgets.paragraph_edit import ParagraphEdit
 from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
 
 ALL_FOLDERS = "All folders"
+READY_TEXT = "Type a description and press Ctrl+Enter."
 # How long after the last change of a filter the search runs again (typing a camera name).
 RERUN_DELAY_MS = 400
 ANY_LABEL = "Any label"
@@ -144,7 +145,9 @@ class SearchView(QWidget):
 
         self.search_button = QPushButton("Search")
         self.search_button.setDefault(True)
-        self.search_button.setToolTip("Ctrl+Enter")
+        self.search_button.setToolTip("Ctrl+Enter, from the query or any filter")
+        # A click leaves the keyboard where it was (the query), and Tab still reaches the button.
+        self.search_button.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         self.search_button.clicked.connect(self.search)
         self.token_label = QLabel("– tokens")
         self.token_label.setObjectName("token-counter")
@@ -183,8 +186,12 @@ class SearchView(QWidget):
         self.folder_box = QComboBox()
         self.folder_box.setEditable(True)
         self.folder_box.addItem(ALL_FOLDERS)
-        self.folder_box.setMinimumWidth(220)
+        self.folder_box.setMinimumWidth(160)
+        self.folder_box.setToolTip("Search one folder (and its sub-folders), or all of them")
         self.folder_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        # Enter in the typed folder searches; it must not add the typed text to the list of folders.
+        self.folder_box.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.folder_box.lineEdit().returnPressed.connect(self.search)
         self.after_check = QCheckBox("From")
         self.after_edit = QDateEdit(QDate.currentDate().addYears(-1))
         self.before_check = QCheckBox("to")
@@ -196,23 +203,24 @@ class SearchView(QWidget):
         self.after_check.toggled.connect(self.after_edit.setEnabled)
         self.before_check.toggled.connect(self.before_edit.setEnabled)
         self.camera_edit = QLineEdit()
+        self.camera_edit.setObjectName("camera-filter")
         self.camera_edit.setPlaceholderText("Camera (make or model)")
         self.camera_edit.setClearButtonEnabled(True)
-        self.camera_edit.setMaximumWidth(200)
+        # Wide enough for its whole placeholder (it showed "Ca…" in a 1024 px window) and the
+        # clear button.
+        self.camera_edit.setMinimumWidth(self.camera_edit.fontMetrics().horizontalAdvance(
+            self.camera_edit.placeholderText()) + self.camera_edit.fontMetrics().height() + 28)
+        self.camera_edit.setMaximumWidth(320)
         self.camera_edit.returnPressed.connect(self.search)
         self.top_spin = QSpinBox()
         self.top_spin.setRange(*backend.setting_range("top_k"))
         self.top_spin.setValue(int(backend.settings().get("top_k") or 200))
         self.top_spin.setPrefix("top ")
         self.top_spin.setToolTip("How many results to show")
+        # Two rows (what is searched; how it is arranged), so the view fits a 1024 px window.
         filters = QHBoxLayout()
         filters.addWidget(QLabel("Folder"))
         filters.addWidget(self.folder_box, 2)
-        filters.addSpacing(8)
-        filters.addWidget(self.after_check)
-        filters.addWidget(self.after_edit)
-        filters.addWidget(self.before_check)
-        filters.addWidget(self.before_edit)
         filters.addSpacing(8)
         filters.addWidget(self.camera_edit, 1)
         filters.addWidget(self.top_spin)
@@ -240,6 +248,11 @@ class SearchView(QWidget):
         self.cutoff_label.setWordWrap(True)
         self.cutoff_label.setVisible(False)
         arrange = QHBoxLayout()
+        arrange.addWidget(self.after_check)
+        arrange.addWidget(self.after_edit)
+        arrange.addWidget(self.before_check)
+        arrange.addWidget(self.before_edit)
+        arrange.addSpacing(12)
         arrange.addWidget(QLabel("Order"))
         arrange.addWidget(self.sort_box)
         arrange.addSpacing(8)
@@ -318,7 +331,9 @@ class SearchView(QWidget):
         self.stack.addWidget(self.grid)
         self.stack.addWidget(self.welcome)
 
-        self.status = QLabel("Type a description and press Ctrl+Enter.")
+        self.status = QLabel(READY_TEXT)
+        self.status_is_error = False
+        self._query_at_error: str | None = None
         self.status.setObjectName("search-status")
         self.status.setWordWrap(True)
 
@@ -340,6 +355,13 @@ class SearchView(QWidget):
 
         find = QShortcut(QKeySequence("Ctrl+Shift+F"), self)
         find.activated.connect(self.find_similar_current)
+        # Ctrl+Enter searches from anywhere in the view: the query, a filter, the order, the grid.
+        for keys in ("Ctrl+Return", "Ctrl+Enter"):
+            run = QShortcut(QKeySequence(keys), self)
+            run.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            run.activated.connect(self.search)
+        # Focus given to the view (a view switch, a click on its background) goes to the query.
+        self.setFocusProxy(self.editor)
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         if obj is self.grid.viewport() and event.type() == QEvent.Type.Resize:
@@ -360,8 +382,11 @@ class SearchView(QWidget):
             "Your catalog is empty. Add a folder of photos to index it on this computer "
             "(nothing is uploaded, and your files are never changed), or try the demo collection first."
         )
+        text.setObjectName("welcome-text")
         text.setWordWrap(True)
+        text.setAlignment(Qt.AlignmentFlag.AlignCenter)
         text.setMaximumWidth(560)
+        self.welcome_text = text
         self.welcome_add = QPushButton("Add a photo folder…")
         self.welcome_demo = QPushButton("Open the demo collection")
         self.welcome_demo.setToolTip("300 generated SceneWorld pictures searched with the bundled sceneworld-mini "
@@ -373,10 +398,17 @@ class SearchView(QWidget):
         row.addWidget(self.welcome_add)
         row.addWidget(self.welcome_demo)
         row.addStretch(1)
+        # The wrapped text sits in a row between stretches, not in the column with an alignment:
+        # an aligned word-wrapped label gets its one-line height and is clipped (Qt's layouts
+        # ask it for its height at its width only when it fills the cell).
+        text_row = QHBoxLayout()
+        text_row.addStretch(1)
+        text_row.addWidget(text, 4)
+        text_row.addStretch(1)
         lay = QVBoxLayout(w)
         lay.addStretch(1)
         lay.addWidget(title, 0, Qt.AlignmentFlag.AlignHCenter)
-        lay.addWidget(text, 0, Qt.AlignmentFlag.AlignHCenter)
+        lay.addLayout(text_row)
         lay.addSpacing(12)
         lay.addLayout(row)
         lay.addStretch(2)
@@ -384,6 +416,7 @@ class SearchView(QWidget):
 
     # -- library-dependent bits -------------------------------------------------------------------
     def set_libraries(self, infos: list) -> None:
+        self._drop_removed_libraries({info.id for info in infos})
         current = self.folder_box.currentText()
         self.folder_box.blockSignals(True)
         self.folder_box.clear()
@@ -397,6 +430,19 @@ class SearchView(QWidget):
             self.folder_box.setEditText(current)
         self.folder_box.blockSignals(False)
         self.show_welcome(not infos)
+
+    def _drop_removed_libraries(self, library_ids: set[int]) -> None:
+        """A folder was removed: its pictures leave the grid at once, and the search runs again
+        (so the count, the cut-off and the top results are those of what is left)."""
+        hits = self.model.hits()
+        kept = [h for h in hits if getattr(h, "library_id", None) in library_ids]
+        if len(kept) == len(hits):
+            return
+        self.model.set_hits(kept)
+        if kept:
+            self.grid.setCurrentIndex(self.model.index(0))
+        self._set_status(f"{len(hits) - len(kept)} results from a removed folder taken away; searching again…")
+        self.rerun()
 
     def show_welcome(self, on: bool) -> None:
         self.stack.setCurrentWidget(self.welcome if on else self.grid)
@@ -433,6 +479,8 @@ class SearchView(QWidget):
         if seq != self._budget_seq or text != self.editor.toPlainText():
             return
         self.token_label.setText(f"{b.used} / {b.budget} tokens")
+        if text.strip() and text != self._query_at_error:
+            self.clear_error()  # the model reads the new query: "type a description" or "no model" is past
         if b.truncated:
             over = b.total - b.budget
             self.token_label.setStyleSheet(f"color: {theme.warning_colour()}; font-weight: bold;")
@@ -486,6 +534,7 @@ class SearchView(QWidget):
 
     def run_text_query(self, text: str) -> Job | None:
         self.editor.setPlainText(text)
+        self.editor.moveCursor(QTextCursor.MoveOperation.End)  # typing then adds to the query
         return self.search()
 
     def search(self) -> Job | None:
@@ -514,11 +563,21 @@ class SearchView(QWidget):
         self.query = {"text": self.editor.toPlainText() or None, "image": None}
         self.image_chip.setVisible(False)
 
+    def focus_query(self) -> None:
+        """Ctrl+L / Ctrl+F: the keyboard to the query, the cursor at its end (nothing selected,
+        so the next key adds to the query rather than replacing it)."""
+        self.editor.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.editor.moveCursor(QTextCursor.MoveOperation.End)
+
     def _run(self, fn, *args) -> Job:
         self._rerun_timer.stop()  # this search already has the filters as they are now
         self._seq += 1
         seq = self._seq
         self._set_status("Searching…")
+        if self.search_button.hasFocus():
+            # A disabled button hands the focus to the next widget in the chain (the Folder box,
+            # text selected, so the next key would replace the filter): keep it in the query.
+            self.editor.setFocus(Qt.FocusReason.OtherFocusReason)
         self.search_button.setEnabled(False)
         job = self.hub.call(fn, *args, on_result=lambda r, s=seq: self._show_result(r, s),
                             on_error=lambda m, s=seq: self._search_failed(m, s),
@@ -559,12 +618,26 @@ class SearchView(QWidget):
         parts += list(getattr(result, "notes", ()))
         if not result.hits:
             parts.insert(0, "No results: is a folder indexed with this model, and do the filters match?")
-        self._set_status(" · ".join(parts))
+        warnings = list(getattr(result, "warnings", ()))
+        if warnings:
+            # Before everything else and in the warning colour: the results themselves are in doubt.
+            self._set_status(" · ".join(f"⚠ {w[:1].upper()}{w[1:]}" for w in warnings) + "\n" + " · ".join(parts),
+                             warning=True)
+        else:
+            self._set_status(" · ".join(parts))
         self.results_shown.emit(len(result.hits))
 
-    def _set_status(self, text: str, error: bool = False) -> None:
+    def _set_status(self, text: str, error: bool = False, warning: bool = False) -> None:
         self.status.setText(text)
-        self.status.setStyleSheet(f"color: {theme.warning_colour()};" if error else "")
+        self.status.setStyleSheet(f"color: {theme.warning_colour()};" if error or warning else "")
+        self.status_is_error = error
+        self._query_at_error = self.editor.toPlainText() if error else None
+
+    def clear_error(self) -> None:
+        """Something worked since the error shown (a model installed, a folder indexed, the query
+        read): the error is stale, the status line goes back to its hint."""
+        if self.status_is_error:
+            self._set_status(READY_TEXT)
 
     # -- results interaction ------------------------------------------------------------------------------
     def current_hit(self) -> Any:
@@ -577,6 +650,21 @@ class SearchView(QWidget):
 
     def open_current(self) -> None:
         self.open_index(self.grid.currentIndex())
+
+    def step_result(self, step: int) -> Any:
+        """The result `step` places from the current one, made current (None past either end)."""
+        row = self.grid.currentIndex().row() + step
+        if not 0 <= row < self.model.rowCount():
+            return None
+        self.grid.setCurrentIndex(self.model.index(row))
+        return self.model.hit(row)
+
+    def focus_results(self) -> None:
+        """The keyboard to the results grid (back from the inspector), or to the query when empty."""
+        if self.model.rowCount():
+            self.grid.setFocus(Qt.FocusReason.OtherFocusReason)
+        else:
+            self.editor.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def quick_look(self) -> QuickLook | None:
         hit = self.current_hit()

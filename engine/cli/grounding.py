@@ -152,7 +152,7 @@ def cmd_ground(args: argparse.Namespace) -> int:
             print(f"  sentence {s['index']}: {s['support']:.2f}{flag}  {s['text']}")
         for p in report["phrases"]:
             flag = "  LOW" if p["low_support"] else ""
-            print(f"    {p['kind']:11} {p['support']:.2f}{flag}  {p['text']}")
+            print(f"    {p['kind']:11} {p['support']:.2f}{flag}  {p['claim']}")  # a relation's claim, not "on"
         print(f"overlays and maps in {args.out}")
     note = uncalibrated_note(g)
     if note is not None:

@@ -49,6 +49,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             result = searcher.search_text(text, top_k=args.top, flt=flt, max_tokens=args.max_tokens,
                                           rerank=args.rerank, rerank_k=args.rerank_k, order=args.sort,
                                           cutoff=args.cutoff)
+        for warning in result.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)
         if args.json:
@@ -61,6 +63,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 "timings_ms": result.timings_ms,
                 "order": result.order,
                 "cutoff": result.cutoff.as_dict() if result.cutoff is not None else None,
+                "warnings": result.warnings,
                 "results": _with_metadata(svc, [h.to_json() for h in result.hits]),
             })
             return 0

@@ -16,6 +16,7 @@ import numpy as np
 from engine.grounding.api import Grounding, Phrase, PhraseMap
 from engine.grounding.calibration import Calibration
 from engine.grounding.chunking import Chunking, chunk
+from engine.grounding.maps import background_map
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -156,8 +157,9 @@ class BaseGrounder:
         t0 = time.perf_counter()
         a = self.analyse(image, text, sentences=sentences)
         phrase_sup, sent_sup = self.supports(a)
+        heat = setting_maps(a.chunking.phrases, a.maps)
         maps = [
-            PhraseMap(p, sup, a.maps[i], score=float(a.phrase_x[i][0]) if a.phrase_x[i] else float("nan"),
+            PhraseMap(p, sup, heat[i], score=float(a.phrase_x[i][0]) if a.phrase_x[i] else float("nan"),
                       sentence=a.chunking.phrase_sentence[i])
             for i, (p, sup) in enumerate(zip(a.chunking.phrases, phrase_sup, strict=True))
         ]
@@ -166,6 +168,17 @@ class BaseGrounder:
                       method=self.method, calibrated=self.levels_calibrated(a))
         a.timings_ms["total"] = (time.perf_counter() - t0) * 1000
         return g
+
+
+def setting_maps(phrases: list[Phrase], maps: np.ndarray) -> np.ndarray:
+    """The maps with each setting phrase's replaced by the background around the text's objects
+    (maps.background_map): a setting's supports are the backend's, its place is everywhere else."""
+    objects = [maps[i] for i, p in enumerate(phrases) if p.kind == "noun_phrase"]
+    out = np.array(maps, dtype=np.float32, copy=True)
+    for i, p in enumerate(phrases):
+        if p.kind == "setting":
+            out[i] = background_map(objects, out.shape[1:])
+    return out
 
 
 def _truncated(c: Chunking, n: int) -> Chunking:

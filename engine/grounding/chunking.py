@@ -16,9 +16,16 @@ What comes out, per sentence:
   plain"). Phrases that only name a position ("the top left") or the picture itself
   ("the picture", "three objects") are not emitted: nothing in the image can support them
   on their own.
+* setting phrases (kind "setting"): a noun phrase whose head names where the whole picture is
+  ("a beach", "the desert with orange dunes", "a forest", "the night sky"). A setting fills the
+  picture's background rather than standing in one place, so grounders give it a background
+  map (BaseGrounder), not an object's.
 * relation phrases (kind "relation"): spatial/relational words ("to the left of", "next to",
-  "under", "holding") standing between two emitted noun phrases of the same sentence; their
-  `query` is "<subject> <relation> <object>", the claim a model can check.
+  "under", "holding") standing between two emitted noun phrases of the same sentence, neither
+  a setting; their `query` is "<subject> <relation> <object>", the claim a model can check.
+  The span is the relation's words ("on", "In"): alone they are function words, so what a
+  person is shown for a relation is its claim (`Phrase.claim`), never the bare words. "A cat
+  in a room" asserts nothing beyond the cat and the room: a relation to a setting is not emitted.
 
 Spans are character offsets into the text exactly as given. The runtime is linear in the
 length of the text; over-long sentences are cut at a comma, semicolon or space so that
@@ -112,6 +119,15 @@ META_NOUNS = frozenset(
     "picture pictures image images photo photos photograph photographs scene scenes view views shot "
     "frame snapshot everything something anything nothing objects object things thing items item total "
     "all kinds kind sort type lot lots".split()
+)
+# Heads that name where the whole picture is (its setting), not a thing in one place of it.
+SETTING_HEADS = frozenset(
+    "beach beaches seaside seashore shore shoreline coast coastline desert deserts dunes badlands "
+    "wasteland meadow meadows field fields pasture pastures prairie lawn lawns grassland grass forest "
+    "forests woods woodland grove thicket jungle park garden street streets road avenue boulevard lane "
+    "city town village downtown room rooms kitchen bedroom office hallway lounge parlour parlor chamber "
+    "studio sky skies heavens firmament snowfield snow tundra expanse steppe sea ocean lake countryside "
+    "landscape valley savanna savannah outdoors indoors sand water".split()
 )
 # "a group of ...": the quantity word and its "of" belong to the noun phrase.
 COLLECTIVE_HEADS = frozenset(
@@ -491,21 +507,24 @@ def _chunk_sentence(text: str, toks: list[_Tok]) -> list[Phrase]:
         if item[0] == "np" and real(item):
             s, e = span(item)
             np_index[k] = len(phrases)
-            phrases.append(Phrase(text[s:e], s, e, "noun_phrase"))
+            head = item[3].head if item[3] is not None else ""
+            phrases.append(Phrase(text[s:e], s, e, "setting" if head in SETTING_HEADS else "noun_phrase"))
     out: list[Phrase] = []
     last_real: int | None = None
     for k, item in enumerate(items):
         if k in np_index:
             out.append(phrases[np_index[k]])
-            last_real = np_index[k]
-        elif item[0] == "rel" and k + 1 in np_index:
+            if phrases[np_index[k]].kind != "setting":
+                last_real = np_index[k]
+        elif item[0] == "rel" and k + 1 in np_index and phrases[np_index[k + 1]].kind != "setting":
             s, e = span(item)
             obj = np_index[k + 1]
             subj = last_real
             if subj is None:
                 # Fronted: "On the right of the box rests the heart." The subject is the
                 # next thing named after the object.
-                later = [np_index[j] for j in range(k + 2, len(items)) if j in np_index]
+                later = [np_index[j] for j in range(k + 2, len(items))
+                         if j in np_index and phrases[np_index[j]].kind != "setting"]
                 subj = later[0] if later else None
             if subj is not None:
                 rel_words = text[s:e]

@@ -6,6 +6,7 @@ patch-resolution maps itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +25,24 @@ def normalise(m: np.ndarray) -> np.ndarray:
     if hi - lo <= 1e-6 * max(1.0, abs(hi)):
         return np.zeros(m.shape, dtype=np.float32)
     return ((m - lo) / (hi - lo)).astype(np.float32)
+
+
+def background_map(object_maps: Sequence[np.ndarray], shape: tuple[int, int]) -> np.ndarray:
+    """A setting's map: where none of the picture's objects are, as float32 in [0, 1].
+
+    A setting ("a beach", "the desert with orange dunes") is the picture's background, not a
+    thing in one place: its own similarity map lights up whatever object shares its colours.
+    So its map is one minus the strongest object map at each cell (scaled to peak 1), or the
+    whole picture when the text names no object.
+    """
+    if not len(object_maps):
+        return np.ones(shape, dtype=np.float32)
+    stack = np.clip(np.nan_to_num(np.stack([np.asarray(m, dtype=np.float32) for m in object_maps])), 0.0, 1.0)
+    bg = 1.0 - stack.max(axis=0)
+    peak = float(bg.max())
+    if peak <= 1e-6:  # the objects cover everything: the setting is all there is around them
+        return np.ones(shape, dtype=np.float32)
+    return (bg / peak).astype(np.float32)
 
 
 def upsample(m: np.ndarray, width: int, height: int) -> np.ndarray:

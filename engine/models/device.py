@@ -19,6 +19,20 @@ def _mps_available() -> bool:
     return bool(mps is not None and mps.is_available())
 
 
+def available_devices() -> tuple[str, ...]:
+    """The device settings that work on this machine, in the order a chooser lists them:
+    'auto', then 'cuda' and 'mps' only when torch can use them, then 'cpu'."""
+    import torch
+
+    found = ["auto"]
+    if torch.cuda.is_available():
+        found.append("cuda")
+    if _mps_available():
+        found.append("mps")
+    found.append("cpu")
+    return tuple(found)
+
+
 def resolve_device(name: str = "auto") -> str:
     """'auto' -> cuda, else mps, else cpu. An explicit device that is not usable raises ModelError."""
     import torch

@@ -17,6 +17,7 @@ from engine.indexing.decode import decode_image
 from engine.models.base import Embedder
 from engine.options import RELEVANCE_CUTOFF, RERANK_K, RESULT_ORDER, TOP_K, token_budget_for
 from engine.search.ordering import arrange
+from engine.text.language import DEFAULT_MODEL_LANGUAGES, language_warning
 from engine.types import SearchHit, SearchResult
 
 DEFAULT_TOP_K = 20
@@ -125,6 +126,10 @@ class Searcher:
         elif rerank:
             result.notes.append(reason)
         result.hits = result.hits[:top_k]
+        warning = language_warning(query, self.embedder.model_id,
+                                   tuple(getattr(self.embedder, "query_languages", DEFAULT_MODEL_LANGUAGES)))
+        if warning:
+            result.warnings.append(warning)
         return arrange(result, order, cutoff)
 
     def _rerank(self, result: SearchResult, query: str, budget: int, k: int) -> None:

@@ -60,3 +60,22 @@ class FakeGrounder:
             inside = [m.support for m in maps if s <= m.phrase.start < e]
             sup.append(float(np.mean(inside)) if inside else 0.0)
         return Grounding(image_path="", text=text, sentences=sentences, phrases=maps, sentence_supports=sup)
+
+
+class ChunkerGrounder(FakeGrounder):
+    """The engine's own phrases (engine.grounding.chunking: noun phrases, settings, relations)
+    with the fake's blob maps, and supports chosen by the test: `supports[kind]`."""
+
+    def __init__(self, supports: dict[str, float], grid: int = 16) -> None:
+        super().__init__(grid)
+        self.supports = supports
+
+    def ground(self, image, text: str, sentences: list[tuple[int, int]] | None = None) -> Grounding:
+        from engine.grounding.chunking import chunk
+
+        g = super().ground(image, text, sentences)
+        c = chunk(text, sentences=sentences)
+        blobs = [m.heatmap for m in g.phrases] or [np.zeros((self.grid, self.grid), np.float32)]
+        g.phrases = [PhraseMap(p, self.supports.get(p.kind, 0.5), blobs[i % len(blobs)])
+                     for i, p in enumerate(c.phrases)]
+        return g

@@ -38,7 +38,8 @@ def test_inspector_shows_clip_maps_and_says_uncalibrated_until_fitted(qtbot, win
     insp = _open_first(qtbot, window)
     g = insp.grounding
     assert g is not None and g.method == "value-path" and not g.calibrated
-    assert all(pm.phrase.kind == "noun_phrase" for pm in g.phrases)  # no relation level in this query
+    # No relation level in this query ("the blue sky" is a setting: a background map).
+    assert [pm.phrase.kind for pm in g.phrases] == ["noun_phrase"] * 3 + ["setting"]
     texts = [insp.phrases.item(i).text() for i in range(insp.phrases.count())]
     assert texts == [pm.phrase.text for pm in g.phrases] and "a small wooden bench" in texts
     assert all(pm.heatmap.shape == (4, 4) for pm in g.phrases)

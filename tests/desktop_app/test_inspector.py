@@ -94,9 +94,11 @@ def test_phrases_supports_overlays_and_export(qtbot, opened, tmp_path):
     out.parent.mkdir()
     assert insp.export_overlay(str(out))
     saved = QImage(str(out) + ".png")
-    assert saved.size() == insp.canvas.image().size()
-    base = insp.canvas.image().convertToFormat(saved.format())
-    assert saved != base  # the overlay is in it
+    # The picture at full size, with the legend band below it (tests/desktop_app/test_inspector_navigation.py).
+    picture = insp.canvas.image()
+    assert saved.width() == picture.width() and saved.height() > picture.height()
+    base = picture.convertToFormat(saved.format())
+    assert saved.copy(0, 0, picture.width(), picture.height()) != base  # the overlay is in it
     assert list(out.parent.iterdir()) == [out.parent / "overlay.png"]  # no temp file left behind
 
 

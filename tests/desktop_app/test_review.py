@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QLabel, QMessageBox
 
 from desktop_app.dialogs import messages
 from desktop_app.views.review_view import ReviewView
@@ -224,3 +224,114 @@ def test_sentence_rows_get_the_support_of_their_own_sentence(qtbot, window, revi
         c = overlay.support_tint(support, 60)
         assert f"rgba({c.red()},{c.green()},{c.blue()},{c.alpha()})" in row.styleSheet()
     _drain(qtbot, review)
+
+
+# -- rough edges seen in a real window (issue 20, item 7) --------------------------------------------
+
+
+def _open(qtbot, review, photos, tmp_path):
+    cap = _write_captions(tmp_path, photos)
+    settle(qtbot, review.open_file(str(cap)))
+    _wait_item(qtbot, review, 0)
+    review.setFocus()
+    return cap
+
+
+def test_enter_and_esc_leave_the_note_so_keys_set_verdicts_again(qtbot, window, review, photos, tmp_path):
+    _open(qtbot, review, photos, tmp_path)
+    qtbot.keyClick(review, Qt.Key.Key_N)
+    note = review.rows[0].note
+    assert note.hasFocus()
+    qtbot.keyClicks(note, "blue")
+    qtbot.keyClick(note, Qt.Key.Key_Return)
+    assert not note.hasFocus()
+    qtbot.keyClick(review.focusWidget() or review, Qt.Key.Key_2)
+    _drain(qtbot, review)
+    assert note.text() == "blue"  # the 2 was a verdict, not "blue2"
+    item = review.backend.review_item(review.session, 0)
+    assert (item.verdict.verdict, item.verdict.note) == ("unfaithful", "blue")
+    # Esc leaves the note too; then Down picks the first sentence and 1 sets its verdict.
+    qtbot.keyClick(review, Qt.Key.Key_N)
+    qtbot.keyClicks(note, " sky")
+    qtbot.keyClick(note, Qt.Key.Key_Escape)
+    assert not note.hasFocus()
+    qtbot.keyClick(review.focusWidget() or review, Qt.Key.Key_Down)
+    assert review.current_row == 1
+    qtbot.keyClick(review.focusWidget() or review, Qt.Key.Key_1)
+    _drain(qtbot, review)
+    item = review.backend.review_item(review.session, 0)
+    assert item.verdict.note == "blue sky" and item.sentence_verdicts[0].verdict == "faithful"
+    assert review.rows[0].note.text() == "blue sky" and review.rows[1].note.text() == ""
+
+
+def _share_of_colour(image, colour, tolerance: int = 40) -> float:
+    from PySide6.QtGui import QColor
+
+    target = QColor(colour)
+    hits = 0
+    for y in range(image.height()):
+        for x in range(image.width()):
+            c = image.pixelColor(x, y)
+            if (abs(c.red() - target.red()) + abs(c.green() - target.green())
+                    + abs(c.blue() - target.blue())) <= tolerance:
+                hits += 1
+    return hits / (image.width() * image.height())
+
+
+def test_the_chosen_verdict_is_filled_with_its_colour(qtbot, window, review, photos, tmp_path):
+    from desktop_app.views.review_view import VERDICT_COLOURS
+
+    _open(qtbot, review, photos, tmp_path)
+    qtbot.keyClick(review, Qt.Key.Key_3)
+    _drain(qtbot, review)
+    buttons = review.rows[0].buttons
+    assert [v for v, b in buttons.items() if b.isChecked()] == ["unsure"]
+    chosen = buttons["unsure"].grab().toImage()
+    other = buttons["faithful"].grab().toImage()
+    # Most of the chosen button is its verdict's colour; an unchosen button has none of it.
+    assert _share_of_colour(chosen, VERDICT_COLOURS["unsure"]) > 0.5
+    assert _share_of_colour(other, VERDICT_COLOURS["unsure"]) == 0.0
+    assert _share_of_colour(other, VERDICT_COLOURS["faithful"]) == 0.0
+
+
+def test_no_review_count_before_a_file_is_open(qtbot, window, review, photos, tmp_path):
+    assert not review.progress.isVisible()
+    assert "reviewed" not in " ".join(w.text() for w in review.findChildren(QLabel) if w.isVisible())
+    _open(qtbot, review, photos, tmp_path)
+    qtbot.waitUntil(lambda: review.progress.maximum() == 3, timeout=WAIT_MS)
+    assert review.progress.isVisible() and review.progress.text() == "0 of 3 reviewed"
+
+
+def test_full_screen_hides_the_library_panel(qtbot, window, review, photos, tmp_path):
+    _open(qtbot, review, photos, tmp_path)
+    assert window.library_view.isVisible()
+    qtbot.keyClick(review, Qt.Key.Key_F)
+    qtbot.waitUntil(lambda: window.isFullScreen())
+    assert not window.library_view.isVisible() and not window.banner.isVisible()
+    assert review.canvas.isVisible() and review.caption.isVisible()
+    qtbot.keyClick(review, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not window.isFullScreen())
+    assert window.library_view.isVisible() and window.banner.isVisible()
+
+
+def test_a_hovered_phrase_map_goes_when_the_mouse_leaves(qtbot, window, review, photos, tmp_path):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication
+
+    window.backend.grounder_factory = lambda embedder: FakeGrounder()
+    _open(qtbot, review, photos, tmp_path)
+    qtbot.waitUntil(lambda: review.grounding is not None, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: not review.canvas.image().isNull(), timeout=WAIT_MS)
+    assert not review.canvas.has_overlay()  # the whole item's row: no map
+    review._hover_link(QUrl("phrase:1"))  # what QTextBrowser.highlighted sends on hover
+    assert review.hovered_phrase() == 1 and review.canvas.has_overlay()
+    # The mouse leaves the caption straight from the phrase (no "no link" hover signal comes).
+    QApplication.sendEvent(review.caption.viewport(), QEvent(QEvent.Type.Leave))
+    assert review.hovered_phrase() is None and not review.canvas.has_overlay()
+    # On a sentence row, leaving brings back that sentence's maps, not the hovered phrase's.
+    review.set_current_row(1)
+    row_overlay = review.canvas.overlay().copy()
+    review._hover_link(QUrl("phrase:2"))
+    assert review.canvas.overlay() != row_overlay
+    QApplication.sendEvent(review.caption.viewport(), QEvent(QEvent.Type.Leave))
+    assert review.canvas.overlay() == row_overlay

@@ -14,6 +14,7 @@ from desktop_app.thumbnails import ThumbnailLoader
 from desktop_app.views.results_model import ResultsModel, ScoreRole, ThumbnailStateRole
 from desktop_app.views.search_view import QuickLook
 from desktop_app.widgets.thumbnail_delegate import ThumbnailDelegate
+from tests.desktop_app.conftest import TINY_MODEL as TINY_MODEL_NAME
 from tests.desktop_app.conftest import WAIT_MS, index_folder, settle
 
 LONG = ("A red ball lies on the grass to the left of a small wooden bench, and behind it a tall "
@@ -306,3 +307,19 @@ def test_odd_file_names_are_indexed_and_shown(qtbot, window, photos):
     states = {view.model.index(r).data(Qt.ItemDataRole.DisplayRole): view.model.index(r).data(ThumbnailStateRole)
               for r in range(view.model.rowCount())}
     assert all(states[n] in ("ready", "loading") for n in odd)
+
+
+def test_a_german_paragraph_is_searched_with_a_warning(qtbot, indexed):
+    """The model was trained on English: the GUI says so, as `longlens search` does."""
+    from desktop_app import theme
+
+    view = indexed.search_view
+    result = _search(qtbot, view, "Ein roter Ball liegt auf dem grünen Rasen neben einer Holzbank. "
+                                  "Dahinter steht ein hoher Baum.")
+    assert len(result.hits) == 12 and len(result.warnings) == 1
+    first = view.status.text().splitlines()[0]
+    assert first.startswith("⚠ The query looks German") and f"'{TINY_MODEL_NAME}'" in first
+    assert theme.warning_colour() in view.status.styleSheet()
+    assert "12 results" in view.status.text()
+    _search(qtbot, view, "A red ball lies on the green grass next to a wooden bench.")
+    assert "⚠" not in view.status.text() and view.status.styleSheet() == ""

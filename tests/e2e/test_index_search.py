@@ -196,3 +196,19 @@ def test_unreadable_files_are_reported(home, photos, cli):
     assert rc == 0
     rc, out, _ = cli("libraries")
     assert "unreadable 2" in out
+
+
+def test_a_query_in_german_is_warned_about(home, photos, cli):
+    """The model reads English only: a German paragraph still gets results, with a warning."""
+    cli.json("index", str(photos))
+    german = ("Ein breiter Sandstrand bei Ebbe mit einem roten Sonnenschirm nahe am Wasser. Zwei Kinder "
+              "bauen eine Burg links von einem blauen Eimer, und Möwen kreisen über den Wellen.")
+    rc, out, err = cli("search", german, "--top", "3")
+    assert rc == 0
+    assert "warning: the query looks German" in err and f"'{TINY_MODEL}'" in err and "English" in err
+    assert len([line for line in out.splitlines() if line.strip().startswith(("1 ", "2 ", "3 "))]) == 3
+    res = cli.json("search", german, "--top", "3")
+    assert len(res["warnings"]) == 1 and "German" in res["warnings"][0] and len(res["results"]) == 3
+    rc, _out, err = cli("search", QUERY, "--top", "3")
+    assert rc == 0 and "warning" not in err
+    assert cli.json("search", QUERY, "--top", "3")["warnings"] == []

@@ -25,7 +25,7 @@ def _spans_ok(text: str) -> None:
         assert text[p.start:p.end] == p.text and p.text
         s, e = c.sentences[si]
         assert s <= p.start < p.end <= e
-        assert p.kind in ("noun_phrase", "relation")
+        assert p.kind in ("noun_phrase", "setting", "relation")
         if p.kind == "relation":
             assert len(p.args) == 2
             subj, obj = (c.phrases[a] for a in p.args)
@@ -73,8 +73,8 @@ def test_everyday_english():
     c = chunk("A red ball lies on the grass, next to a wooden bench. Behind the bench stands a tall tree "
               "and two white clouds drift across the sky.")
     nouns = [p.text for p in c.phrases if p.kind == "noun_phrase"]
-    assert nouns == ["A red ball", "the grass", "a wooden bench", "the bench", "a tall tree",
-                     "two white clouds", "the sky"]
+    assert nouns == ["A red ball", "a wooden bench", "the bench", "a tall tree", "two white clouds"]
+    assert [p.text for p in c.phrases if p.kind == "setting"] == ["the grass", "the sky"]
     c = chunk("A man with a hat is sitting on a red and white striped chair near the window.")
     assert "a red and white striped chair" in [p.text for p in c.phrases]
 
@@ -121,3 +121,41 @@ def test_any_text_gives_valid_spans(text):
                 max_size=60))
 def test_word_salad_gives_valid_spans(words):
     _spans_ok(" ".join(words))
+
+
+FUNCTION_WORDS = frozenset("in on at with of by to from into onto under over above below behind near "
+                           "next the a an and or is are it there this that".split())
+
+
+def test_function_words_are_no_phrases():
+    """What a person is shown for a phrase (its claim) is never a bare function word: a relation's
+    span ("In", "with", "on") is shown as the claim it makes, with both of its sides."""
+    texts = ["In the desert with orange dunes, a camel stands on the sand.",
+             "A dog with a red ball sits on a beach.",
+             "On the table, a cup stands with a spoon in it. In front of the cup lies a key.",
+             "In the picture there is a cat on a mat with a hat.",
+             "With a smile, on and on, in it, at that."]
+    for text in texts:
+        c = chunk(text)
+        for p in c.phrases:
+            words = p.claim.lower().replace(",", " ").split()
+            assert any(w not in FUNCTION_WORDS for w in words), (text, p)
+            if p.kind == "relation":
+                subj, obj = (c.phrases[a] for a in p.args)
+                assert p.claim.startswith(subj.text) and p.claim.endswith(obj.text)
+                assert len(words) > len(p.text.split())  # more than the relation's own words
+
+
+def test_settings_have_their_own_kind_and_no_relation():
+    c = chunk("In the desert with orange dunes, a camel stands next to a palm tree. "
+              "A dog with a red ball sits on a beach under the night sky.")
+    kinds = {p.text: p.kind for p in c.phrases}
+    assert kinds["the desert with orange dunes"] == "setting"
+    assert kinds["a beach"] == kinds["the night sky"] == "setting"
+    assert kinds["a camel"] == kinds["a palm tree"] == kinds["A dog"] == kinds["a red ball"] == "noun_phrase"
+    claims = [p.claim for p in c.phrases if p.kind == "relation"]
+    # "a camel in the desert", "a red ball on a beach": nothing a map can check beyond both being there.
+    assert claims == ["a camel next to a palm tree", "A dog with a red ball"]
+    # The subject of a relation after a fronted setting is the thing, not the setting.
+    c = chunk("On a sandy beach next to a blue bucket lies a red spade.")
+    assert [p.claim for p in c.phrases if p.kind == "relation"] == ["a red spade next to a blue bucket"]

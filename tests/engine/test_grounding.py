@@ -22,7 +22,7 @@ from engine.grounding.calibration import (
     save_calibration,
     sigmoid,
 )
-from engine.grounding.maps import colourise, normalise, overlay, upsample
+from engine.grounding.maps import background_map, colourise, normalise, overlay, upsample
 from engine.models.registry import bundled_model_dir
 
 MODEL_DIR = bundled_model_dir("sceneworld-mini")
@@ -68,6 +68,19 @@ def test_overlay_blends_only_where_the_map_is_high():
     assert tuple(out[-1, -1]) == (10, 200, 10)  # map 0: the picture untouched
     assert tuple(out[0, 0]) != (10, 200, 10)
     assert colourise(np.array([[0.0, 1.0]])).shape == (1, 2, 3)
+
+
+def test_background_map_is_where_the_objects_are_not():
+    ball = np.zeros((4, 4), np.float32)
+    ball[0, 0] = 1.0
+    box = np.zeros((4, 4), np.float32)
+    box[3, 3] = 0.5
+    bg = background_map([ball, box], (4, 4))
+    assert bg.dtype == np.float32 and bg.max() == pytest.approx(1.0)
+    assert bg[0, 0] == 0.0 and bg[3, 3] == pytest.approx(0.5) and bg[1, 2] == pytest.approx(1.0)
+    # No object named: the whole picture; objects everywhere: still the whole picture.
+    assert (background_map([], (2, 3)) == 1).all() and background_map([], (2, 3)).shape == (2, 3)
+    assert (background_map([np.ones((2, 2))], (2, 2)) == 1).all()
 
 
 def test_platt_fit_recovers_a_logistic_model():
@@ -160,6 +173,27 @@ def test_map_points_at_the_object_of_its_colour(mini):
                 assert x0 <= c < x1 and y0 <= r < y1, pm.phrase.text
                 checked += 1
     assert checked >= 2
+
+
+@needs_model
+def test_a_setting_gets_the_background_not_an_object(mini):
+    """ "On a sandy beach": the beach is where the objects are not, not the sand-coloured object."""
+    from engine.grounding.maps import argmax_point
+    from engine.sceneworld import generate_scene, render_scene
+
+    scene = generate_scene(2000, 1)
+    image, _ = render_scene(scene, 256)
+    o = scene.objects[0]
+    text = f"On a sandy beach, a {o.colour} {o.kind} lies in the sand."
+    g = get_grounder(mini).ground(image, text)
+    assert [(pm.phrase.kind, pm.phrase.text) for pm in g.phrases] == [
+        ("setting", "a sandy beach"), ("noun_phrase", f"a {o.colour} {o.kind}"), ("setting", "the sand")]
+    obj = g.phrases[1]  # no relation "in the sand": nothing to check against a setting
+    r, c = argmax_point(obj.heatmap)
+    for setting in (g.phrases[0], g.phrases[2]):
+        assert setting.heatmap[r, c] < 0.1  # dark where the object is
+        assert setting.heatmap.mean() > 0.6  # bright over the rest of the picture
+        assert 0 <= setting.support <= 1
 
 
 @needs_model

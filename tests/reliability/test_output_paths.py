@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.outputs import OutputPathError, check_output
+from engine.outputs import OutputPathError, check_output, nearest_output_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_MODEL = "tiny-blip"
@@ -169,3 +169,23 @@ def test_gui_exports_use_the_same_guard(home, library, outside, tmp_path) -> Non
         assert backend.check_export_path(str(ok), [str(outside["captions"])]) == str(ok)
     finally:
         backend.close()
+
+
+def test_nearest_output_folder_is_next_to_the_photo_folder(tmp_path) -> None:
+    """What a save dialog proposes for a file about a picture is a folder the guard accepts."""
+    outer = tmp_path / "Pictures" / "2024"
+    inner = outer / "summer"
+    inner.mkdir(parents=True)
+    photo = inner / "beach.jpg"
+    photo.write_bytes(b"\xff\xd8\xff\xe0")
+    loose = tmp_path / "Desktop" / "scan.png"
+    loose.parent.mkdir()
+    loose.write_bytes(b"\x89PNG")
+    assert nearest_output_folder(loose, [outer]) == loose.parent.resolve()
+    assert nearest_output_folder(photo, [inner]) == outer.resolve()
+    # Nested libraries: above the outermost one.
+    assert nearest_output_folder(photo, [inner, outer]) == (tmp_path / "Pictures").resolve()
+    for roots in ([inner], [inner, outer]):
+        folder = nearest_output_folder(photo, roots)
+        assert check_output(folder / "beach-overlay.png", what="export", kind="export", inputs=[photo],
+                            library_roots=roots)

@@ -66,9 +66,16 @@ class CrossAttentionRecorder:
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.attn: torch.Tensor | None = None
+        self._thread = threading.get_ident()
         self._handle = module.register_forward_hook(self._hook)
 
     def _hook(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        # The module is shared: another thread's forward pass (a second grounding's ITM scores,
+        # under inference mode) runs through the hook too and must not replace this pass's
+        # attention (its tensor has no graph: "does not require grad", seen stepping through
+        # results in the inspector).
+        if threading.get_ident() != self._thread:
+            return
         # BlipTextSelfAttention returns (context, attention_probs).
         self.attn = output[1]
 

@@ -135,8 +135,9 @@ class MiniGrounder(BaseGrounder):
         scenes = generate_scenes(seed, 0, n)
         images = [render_scene(s, max(256, self.embedder.image_size))[0] for s in scenes]
         img = self.embedder.encode_images(images)
+        # Every noun phrase, settings included (as when they had no kind of their own).
         phrases = sorted({p.text for s in scenes for t in [s.paragraph, *s.positives]
-                          for p in chunk(t.text).phrases if p.kind == "noun_phrase"})
+                          for p in chunk(t.text).phrases if p.kind != "relation"})
         txt = self.embedder.encode_texts(phrases)
         return {"image_mean": img.mean(0).tolist(), "text_prior": txt.mean(0).tolist()}
 
