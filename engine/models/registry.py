@@ -442,7 +442,7 @@ _register(
         image_size=224,
         default_text_tokens=77,
         license="MIT (OpenAI CLIP)",
-        notes="Weights pinned by SHA-256; config/tokenizer files unpinned (need --trust-unpinned).",
+        notes="Weights pinned by SHA-256; the config and tokenizer files are not pinned yet, so a pull asks to trust them.",
     )
 )
 
@@ -461,7 +461,7 @@ _register(
         image_size=336,
         default_text_tokens=77,
         license="MIT (OpenAI CLIP)",
-        notes="Weights pinned by SHA-256; config/tokenizer files unpinned (need --trust-unpinned).",
+        notes="Weights pinned by SHA-256; the config and tokenizer files are not pinned yet, so a pull asks to trust them.",
     )
 )
 
