@@ -18,6 +18,14 @@ def blip_tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_random_blip_checkpoint(tmp_path_factory.mktemp("blip") / "blip-tiny", size="tiny", seed=0)
 
 
+@pytest.fixture(autouse=True)
+def _longlens_home_in_tmp(tmp_path, monkeypatch):
+    """No test reads or writes the real user's Longlens folders (catalog, models, caches): each test
+    starts with LONGLENS_HOME in its own temporary folder. A test (or fixture) that sets its own
+    LONGLENS_HOME, or deletes it to check the platform defaults, does so after this one."""
+    monkeypatch.setenv("LONGLENS_HOME", str(tmp_path / "longlens-home"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread():
     """Tests use tiny models: with several intra-op threads on a 2-core machine that also runs
