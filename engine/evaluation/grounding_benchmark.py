@@ -141,10 +141,12 @@ def _chunking_recall(scene: Any, stats: dict[str, list[int]]) -> None:
 
 
 def evaluate_grounding(embedder: Any, *, seed: int, n: int, method: str | None = None,
-                       gradcam_layer: int | None = None, timing_images: int = 20) -> dict:
+                       gradcam_layer: int | None = None, timing_images: int = 20,
+                       calibration: Any = None) -> dict:
     """Pointing game, mask IoU, faithfulness AUC (overall and per error type) on n scenes.
 
-    `method`/`gradcam_layer` choose the map method and Grad-CAM layer (default: the backend's).
+    `method`/`gradcam_layer` choose the map method and Grad-CAM layer (default: the backend's);
+    `calibration`, one fitted for these weights but not stored (default: the stored one).
     """
     from engine.errors import LonglensError
     from engine.grounding import get_grounder
@@ -157,7 +159,12 @@ def evaluate_grounding(embedder: Any, *, seed: int, n: int, method: str | None =
     except ValueError as exc:
         raise LonglensError(str(exc)) from None
     options = {} if gradcam_layer is None else {"gradcam_layer": int(gradcam_layer)}
-    grounder = get_grounder(embedder, method=method, **options)
+    if calibration is not None:
+        from engine.grounding import grounder_with_calibration
+
+        grounder = grounder_with_calibration(embedder, calibration, method=method, **options)
+    else:
+        grounder = get_grounder(embedder, method=method, **options)
     if grounder is None:
         raise LonglensError(f"grounding is not available for model {getattr(embedder, 'model_id', '?')!r}")
     size = render_size_for(embedder)

@@ -57,6 +57,18 @@ def get_grounder(embedder: Embedder, *, calibrated: bool = True, method: str | N
     return grounder
 
 
+def grounder_with_calibration(embedder: Embedder, calibration: Any, *, method: str | None = None,
+                              **options: Any) -> Grounder | None:
+    """A grounder for `embedder` with the given calibration (fitted just now, not stored): for
+    evaluating models that have no stored calibration, e.g. the experiments of docs/caft.md."""
+    from engine.models.registry import backend_of
+
+    backend = backend_of(embedder)
+    if backend is None or backend.make_grounder is None:
+        return None
+    return backend.make_grounder(embedder, calibration, method=method, **options)
+
+
 def _stamp(path: Path | None) -> tuple[str, int, int] | None:
     """What identifies a version of the user's calibration file (it is rewritten whole on save)."""
     if path is None:

@@ -80,6 +80,9 @@ class TrainConfig:
             raise ConfigError(f"config {self.name}: hardneg needs 1..5 hard negatives")
         if self.batch_size < 2 or self.lr <= 0 or self.epochs < 1 or self.grad_accum < 1:
             raise ConfigError(f"config {self.name}: batch_size ≥ 2, lr > 0, epochs ≥ 1, grad_accum ≥ 1")
+        local = self.extra.get("local_alignment", 0.0)
+        if not isinstance(local, (int, float)) or isinstance(local, bool) or not 0.0 <= local <= 100.0:
+            raise ConfigError(f"config {self.name}: local_alignment must be a weight in 0..100, got {local!r}")
         if self.batch_size % self.grad_accum:
             raise ConfigError(f"config {self.name}: batch_size must be a multiple of grad_accum")
 

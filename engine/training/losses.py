@@ -3,7 +3,7 @@
 All take L2-normalised embeddings and a scale s = 1/τ. Notation: image i, its texts T(i).
 
 - info_nce: one positive text per image; symmetric cross-entropy over the B×B similarity matrix.
-- multi_positive_info_nce: K positives per image. Image→text: the mean over the K positives of
+- multi_positive_info_nce (and _logits, on given logits): K positives per image. Image→text: the mean over the K positives of
   -log softmax over all B·K texts (each positive is a target, the others compete). Text→image:
   each text picks its own image among the B images. The two directions are averaged.
 - hard_negative_info_nce: InfoNCE whose image→text denominator also holds that image's own M
@@ -26,10 +26,17 @@ def multi_positive_info_nce(
     img: torch.Tensor, txt: torch.Tensor, owner: torch.Tensor, scale: torch.Tensor | float
 ) -> torch.Tensor:
     """img (B, D); txt (T, D); owner (T,) the image index of each text (every image owns ≥ 1)."""
-    logits = scale * img @ txt.t()  # (B, T)
-    positive = owner[None, :] == torch.arange(img.shape[0], device=img.device)[:, None]  # (B, T)
+    return multi_positive_info_nce_logits(scale * img @ txt.t(), owner)
+
+
+def multi_positive_info_nce_logits(logits: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+    """The multi-positive loss on given (B, T) image-text logits (global cosines or local scores).
+    Images that own no text (their texts were left out) take no image-to-text term."""
+    positive = owner[None, :] == torch.arange(logits.shape[0], device=logits.device)[:, None]  # (B, T)
     log_p_i2t = logits.log_softmax(dim=1)
-    i2t = -(log_p_i2t * positive).sum(dim=1) / positive.sum(dim=1)
+    n_pos = positive.sum(dim=1)
+    owns = n_pos > 0
+    i2t = -(log_p_i2t * positive).sum(dim=1)[owns] / n_pos[owns]
     t2i = F.cross_entropy(logits.t(), owner)
     return 0.5 * (i2t.mean() + t2i)
 

@@ -74,10 +74,14 @@ def train(
     lr_b: float = 5e-4,
     batch_size: int = 128,
     cfg: MiniConfig | None = None,
+    local_alignment: float = 0.0,
     log=sys.stderr,
 ) -> dict:
     """Both stages; writes out_dir (the shipped model: stage-a vision + stage-b text) and
-    out_dir/captions-only (stage-a text tower, for comparisons). Returns a small report."""
+    out_dir/captions-only (stage-a text tower, for comparisons). Returns a small report.
+
+    `local_alignment` > 0 adds the phrase-region loss (engine/training/local_alignment.py) with
+    this weight to both stages: the CAFT-style variant (engine/training/caft.py)."""
     from engine.sceneworld import generate_scenes
 
     torch.manual_seed(seed)
@@ -98,6 +102,8 @@ def train(
     adapter = MiniAdapter(model)
     cfg_a = PRESETS["pretrain"].with_overrides(lr=lr_a, epochs=epochs_a, batch_size=batch_size,
                                                warmup_steps=100, seed=seed)
+    if local_alignment:
+        cfg_a = cfg_a.with_overrides(extra={**cfg_a.extra, "local_alignment": local_alignment})
     t1 = time.monotonic()
     _drive(Trainer(adapter, cfg_a, examples, ArrayImages(renders)).run(), "stage a", log)
     t_a = time.monotonic() - t1
@@ -108,6 +114,8 @@ def train(
     # (as BLIP fine-tuning keeps BLIP's), lr scaled to this small model.
     cfg_b = PRESETS["C5"].with_overrides(lr=lr_b, epochs=epochs_b, batch_size=batch_size,
                                          warmup_steps=100, temperature=learned_tau, seed=seed)
+    if local_alignment:
+        cfg_b = cfg_b.with_overrides(extra={**cfg_b.extra, "local_alignment": local_alignment})
     t2 = time.monotonic()
     _drive(Trainer(adapter, cfg_b, examples, ArrayImages(renders)).run(), "stage b", log)
     t_b = time.monotonic() - t2

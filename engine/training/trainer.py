@@ -20,6 +20,7 @@ import torch
 
 from engine.jobs import CancelToken, Progress, RateMeter
 from engine.training.configs import TrainConfig
+from engine.training.local_alignment import RegionAdapter, local_alignment_loss
 from engine.training.losses import hard_negative_info_nce, info_nce, multi_positive_info_nce
 
 
@@ -110,8 +111,18 @@ class Trainer:
             raise ValueError("need images or precomputed image embeddings")
         if len(examples) < cfg.batch_size:
             raise ValueError(f"{len(examples)} examples are fewer than one batch of {cfg.batch_size}")
+        self.local_weight = float(cfg.extra.get("local_alignment", 0.0) or 0.0)
+        if self.local_weight and not isinstance(adapter, RegionAdapter):
+            raise ValueError("local (phrase-region) alignment needs a backend whose vision tower exposes "
+                             "region tokens; this one does not")
+        if self.local_weight and images is None:
+            raise ValueError("local (phrase-region) alignment needs the images themselves (their regions)")
+        if self.local_weight and cfg.grad_accum > 1:
+            raise ValueError("local (phrase-region) alignment is not implemented with gradient caching "
+                             "(grad_accum > 1)")
         self.adapter = adapter
         self.cfg = cfg
+        self.image_regions: torch.Tensor | None = None  # frozen vision + local alignment: cached regions
         self.examples = list(examples)
         self.images = images
         self.image_embeddings = image_embeddings
@@ -125,12 +136,21 @@ class Trainer:
     # -- helpers --------------------------------------------------------------
     @torch.no_grad()
     def cache_image_embeddings(self, batch: int = 256) -> torch.Tensor:
-        """Frozen vision: every image is embedded once, then only text passes are needed."""
+        """Frozen vision: every image is embedded once, then only text passes are needed. With
+        local alignment the region embeddings are cached too (float16: they are only compared)."""
         self.adapter.train_mode(train_vision=False)
-        out = []
+        out, regions = [], []
         for start in range(0, len(self.images), batch):
             idx = np.arange(start, min(start + batch, len(self.images)))
-            out.append(self.adapter.encode_pixels(self.images.pixels(idx)).float())
+            pixels = self.images.pixels(idx)
+            if self.local_weight:
+                g, r = self.adapter.encode_pixel_regions(pixels)
+                out.append(g.float())
+                regions.append(r.half())
+            else:
+                out.append(self.adapter.encode_pixels(pixels).float())
+        if regions:
+            self.image_regions = torch.cat(regions)
         return torch.cat(out)
 
     def _batch_order(self, epoch: int) -> np.ndarray:
@@ -147,21 +167,45 @@ class Trainer:
             owner.extend([b] * len(pairs))
         return texts, owner
 
-    def _loss(self, img: torch.Tensor, idx: np.ndarray, step: int) -> torch.Tensor:
+    def _loss(self, img: torch.Tensor, idx: np.ndarray, step: int, regions: torch.Tensor | None = None) -> torch.Tensor:
         cfg = self.cfg
         texts, owner = self._step_texts(idx, step)
-        txt = self._encode_grouped(texts)
+        owner_t = torch.tensor(owner, device=img.device)
+        phrases = None
+        if self.local_weight:
+            txt, phrases, valid = self._encode_grouped_phrases(texts)
+        else:
+            txt = self._encode_grouped(texts)
         scale = self.adapter.logit_scale(cfg)
         if cfg.loss == "infonce":
-            return info_nce(img, txt, scale)
-        if cfg.loss == "multipos":
-            return multi_positive_info_nce(img, txt, torch.tensor(owner, device=img.device), scale)
-        m = cfg.hard_negatives
-        negs = [(t, cfg.inputs[0].tokens) for i in idx for t in self.examples[i].negatives[:m]]
-        if len(negs) != len(idx) * m:
-            raise ValueError(f"config {cfg.name} needs {m} hard negatives for every image")
-        neg = self._encode_grouped(negs).reshape(len(idx), m, -1)
-        return hard_negative_info_nce(img, txt, neg, scale)
+            loss = info_nce(img, txt, scale)
+        elif cfg.loss == "multipos":
+            loss = multi_positive_info_nce(img, txt, owner_t, scale)
+        else:
+            m = cfg.hard_negatives
+            negs = [(t, cfg.inputs[0].tokens) for i in idx for t in self.examples[i].negatives[:m]]
+            if len(negs) != len(idx) * m:
+                raise ValueError(f"config {cfg.name} needs {m} hard negatives for every image")
+            neg = self._encode_grouped(negs).reshape(len(idx), m, -1)
+            loss = hard_negative_info_nce(img, txt, neg, scale)
+        if phrases is not None:
+            assert regions is not None
+            loss = loss + self.local_weight * local_alignment_loss(regions.to(phrases.dtype), phrases, valid,
+                                                                   owner_t, scale)
+        return loss
+
+    def _encode_grouped_phrases(self, texts: list[tuple[str, int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As _encode_grouped, with each text's phrase embeddings and their validity."""
+        budgets = sorted({b for _, b in texts})
+        rows: dict[int, list[int]] = {b: [j for j, (_, bb) in enumerate(texts) if bb == b] for b in budgets}
+        glob: list[torch.Tensor | None] = [None] * len(texts)
+        phr: list[torch.Tensor | None] = [None] * len(texts)
+        val: list[torch.Tensor | None] = [None] * len(texts)
+        for b in budgets:
+            g, p, v = self.adapter.encode_text_phrases([texts[j][0] for j in rows[b]], b)
+            for k, j in enumerate(rows[b]):
+                glob[j], phr[j], val[j] = g[k], p[k], v[k]
+        return torch.stack(glob), torch.stack(phr), torch.stack(val)
 
     def _encode_grouped(self, texts: list[tuple[str, int]]) -> torch.Tensor:
         """Encode texts with their own token budgets (captions 77, paragraphs 128), order kept."""
@@ -230,7 +274,8 @@ class Trainer:
         cfg = self.cfg
         cancel = cancel or CancelToken()
         torch.manual_seed(cfg.seed)
-        if not cfg.train_vision and self.image_embeddings is None:
+        if not cfg.train_vision and (self.image_embeddings is None
+                                     or (self.local_weight and self.image_regions is None)):
             yield Progress("embed images", 0, len(self.images), "computing frozen image embeddings")
             self.image_embeddings = self.cache_image_embeddings()
         params = self.adapter.trainable_parameters(cfg.train_vision, cfg.learn_temperature)
@@ -280,8 +325,8 @@ class Trainer:
     def _step(self, idx: np.ndarray, step: int) -> float:
         cfg = self.cfg
         if cfg.grad_accum == 1:
-            img = self._images(idx, grad=cfg.train_vision)
-            loss = self._loss(img, idx, step)
+            img, regions = self._images_and_regions(idx)
+            loss = self._loss(img, idx, step, regions)
             loss.backward()
             return float(loss.detach())
         # Gradient caching (Gao et al., 2021): the contrastive loss needs the whole batch, so
@@ -314,6 +359,14 @@ class Trainer:
             part = self._encode_grouped([texts[j] for j in c])
             part.backward(emb.grad[torch.as_tensor(c)])
         return float(loss.detach())
+
+    def _images_and_regions(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.local_weight:
+            return self._images(idx, grad=self.cfg.train_vision), None
+        if self.cfg.train_vision:
+            return self.adapter.encode_pixel_regions(self.images.pixels(idx))
+        rows = torch.as_tensor(idx)
+        return self.image_embeddings[rows], self.image_regions[rows].float()
 
     def _images(self, idx: np.ndarray, grad: bool) -> torch.Tensor:
         if self.cfg.train_vision:

@@ -12,10 +12,10 @@ import torch
 
 from engine.backends.sceneworld_mini.network import (
     build_tokenizer,
+    encode_text_batch,
     load_model,
     load_text_tower,
     preprocess_images,
-    tokenize,
 )
 from engine.models.base import l2_normalise
 
@@ -100,8 +100,8 @@ class SceneWorldMiniEmbedder:
         limit = self._limit(max_tokens)
         out = []
         for start in range(0, len(texts), self.batch_size):
-            ids, mask = tokenize(self.tokenizer, texts[start : start + self.batch_size], limit)
-            out.append(self.model.text(ids.to(self.device), mask.to(self.device)).float().cpu().numpy())
+            batch = texts[start : start + self.batch_size]
+            out.append(encode_text_batch(self.model, self.tokenizer, batch, limit, self.device).float().cpu().numpy())
         return l2_normalise(np.concatenate(out))
 
     def token_count(self, text: str) -> int:

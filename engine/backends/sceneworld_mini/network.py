@@ -57,6 +57,14 @@ class MiniConfig:
     pad_id: int = 0
     cls_id: int = 101
     sep_id: int = 102
+    # The CAFT-style variant (issue 21, docs/caft.md); the defaults are the plain model.
+    #: Coarser region grids pooled from the patch grid, e.g. (4, 2): the image side keeps region
+    #: tokens at these scales beside the patches (fine to coarse). They are average pools, so the
+    #: global embedding (the mean patch) is their mean too and patch maps still decompose it.
+    region_scales: tuple[int, ...] = ()
+    #: "mean": the masked mean of the token states; "part_to_whole": the mean of the sentences,
+    #: each the mean of its phrases (engine/text/parts.py).
+    text_pooling: str = "mean"
 
     @property
     def grid(self) -> int:
@@ -65,13 +73,23 @@ class MiniConfig:
     @classmethod
     def from_dict(cls, d: dict) -> MiniConfig:
         d = dict(d)
-        if "stem_channels" in d:
-            d["stem_channels"] = tuple(d["stem_channels"])
+        for key in ("stem_channels", "region_scales"):
+            if key in d:
+                d[key] = tuple(d[key])
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(d) - known
         if unknown:
             raise ModelIntegrityError(f"unknown sceneworld-mini config fields: {sorted(unknown)}")
-        return cls(**d)
+        cfg = cls(**d)
+        if cfg.text_pooling not in TEXT_POOLINGS:
+            raise ModelIntegrityError(f"text_pooling {cfg.text_pooling!r} is not one of {TEXT_POOLINGS}")
+        if any(not 1 <= s < cfg.grid or cfg.grid % s for s in cfg.region_scales):
+            raise ModelIntegrityError(f"region_scales {cfg.region_scales} must divide the {cfg.grid} x {cfg.grid} "
+                                      "patch grid into coarser grids")
+        return cfg
+
+
+TEXT_POOLINGS = ("mean", "part_to_whole")
 
 
 def _encoder(width: int, layers: int, heads: int, mlp_ratio: int) -> nn.TransformerEncoder:
@@ -128,6 +146,16 @@ class VisionTower(nn.Module):
         """(N, G*G, D) per-patch embeddings in the joint space (not normalised)."""
         return self.proj(self.patch_tokens(pixels))
 
+    def region_embeddings(self, pixels: torch.Tensor, scales: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global embedding (N, D) and the regions (N, G*G + sum(s*s), D), fine to coarse: the
+        patches, then each coarser grid pooled from them (none normalised)."""
+        tokens = self.patch_tokens(pixels)
+        n, p, w = tokens.shape
+        g = math.isqrt(p)
+        grid = tokens.transpose(1, 2).reshape(n, w, g, g)
+        regions = [tokens] + [F.adaptive_avg_pool2d(grid, s).flatten(2).transpose(1, 2) for s in scales]
+        return self.proj(tokens.mean(dim=1)), self.proj(torch.cat(regions, dim=1))
+
 
 class TextTower(nn.Module):
     def __init__(self, cfg: MiniConfig) -> None:
@@ -143,19 +171,33 @@ class TextTower(nn.Module):
         nn.init.normal_(self.tok.weight, std=0.02)
         nn.init.normal_(self.pos.weight, std=0.02)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Unnormalised embedding: the masked mean of the final token states.
+    def token_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(T, L, width) final, normalised token states."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.tok_proj(self.tok(input_ids)) + self.pos(positions)[None]
+        x = self.embed_norm(x)
+        return self.norm(self.encoder(x, src_key_padding_mask=attention_mask == 0))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_weights: torch.Tensor | None = None) -> torch.Tensor:
+        """Unnormalised embedding: the masked mean of the final token states, or their weighted
+        sum when `token_weights` (T, L), summing to 1 per text, are given (part-to-whole pooling).
 
         Mean pooling rather than BERT's [CLS]: trained from scratch, every token then has a
         direct gradient path to the embedding, while a [CLS] state first has to learn to gather
         the sentence through attention (Sentence-BERT makes the same choice).
         """
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.tok_proj(self.tok(input_ids)) + self.pos(positions)[None]
-        x = self.embed_norm(x)
-        x = self.norm(self.encoder(x, src_key_padding_mask=attention_mask == 0))
-        m = attention_mask.unsqueeze(-1).to(x.dtype)
-        return self.proj((x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0))
+        x = self.token_states(input_ids, attention_mask)
+        return self.proj(pool_tokens(x, attention_mask, token_weights))
+
+
+def pool_tokens(states: torch.Tensor, attention_mask: torch.Tensor,
+                token_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """(T, L, W) token states -> (T, W): the masked mean, or the weighted sum with `token_weights`."""
+    if token_weights is not None:
+        return torch.einsum("tl,tlw->tw", token_weights.to(states.dtype), states)
+    m = attention_mask.unsqueeze(-1).to(states.dtype)
+    return (states * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
 
 
 class SceneWorldMini(nn.Module):
@@ -206,6 +248,26 @@ def build_tokenizer():
 def tokenize(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
     enc = tokenizer(list(texts), padding=True, truncation=True, max_length=max_tokens, return_tensors="pt")
     return enc["input_ids"], enc["attention_mask"]
+
+
+def tokenize_with_offsets(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """As tokenize, plus the (T, L, 2) character offsets of every token ((0, 0): special/padding)."""
+    enc = tokenizer(list(texts), padding=True, truncation=True, max_length=max_tokens, return_tensors="pt",
+                    return_offsets_mapping=True)
+    return enc["input_ids"], enc["attention_mask"], enc["offset_mapping"].numpy()
+
+
+def encode_text_batch(model: SceneWorldMini, tokenizer, texts: Sequence[str], max_tokens: int,
+                      device: str | torch.device) -> torch.Tensor:
+    """Unnormalised text embeddings with the model's own pooling (mean, or part-to-whole)."""
+    if model.cfg.text_pooling == "mean":
+        ids, mask = tokenize(tokenizer, texts, max_tokens)
+        return model.text(ids.to(device), mask.to(device))
+    from engine.text.parts import part_to_whole_weights
+
+    ids, mask, offsets = tokenize_with_offsets(tokenizer, texts, max_tokens)
+    weights = torch.from_numpy(part_to_whole_weights(texts, offsets, mask.numpy()))
+    return model.text(ids.to(device), mask.to(device), weights.to(device))
 
 
 # -- image preprocessing --------------------------------------------------------

@@ -16,12 +16,14 @@ from torch.nn import functional as F
 from engine.backends.sceneworld_mini.network import (
     SceneWorldMini,
     build_tokenizer,
+    encode_text_batch,
     load_model,
     load_text_tower,
     pixels_from_uint8,
+    pool_tokens,
     save_model,
     save_text_tower,
-    tokenize,
+    tokenize_with_offsets,
 )
 
 if TYPE_CHECKING:
@@ -62,8 +64,27 @@ class MiniAdapter:
         return F.normalize(self.model.vision(pixels.to(self.device)), dim=-1)
 
     def encode_texts(self, texts: Sequence[str], max_tokens: int) -> torch.Tensor:
-        ids, mask = tokenize(self.tokenizer, texts, max_tokens)
-        return F.normalize(self.model.text(ids.to(self.device), mask.to(self.device)), dim=-1)
+        return F.normalize(encode_text_batch(self.model, self.tokenizer, texts, max_tokens, self.device), dim=-1)
+
+    # -- local (phrase-region) alignment: engine/training/local_alignment.RegionAdapter ------------
+    def encode_pixel_regions(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        g, r = self.model.vision.region_embeddings(pixels.to(self.device), self.model.cfg.region_scales)
+        return F.normalize(g, dim=-1), F.normalize(r, dim=-1)
+
+    def encode_text_phrases(self, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from engine.text.parts import part_to_whole_weights
+        from engine.training.local_alignment import pool_phrases
+
+        text = self.model.text
+        ids, mask, offsets = tokenize_with_offsets(self.tokenizer, texts, max_tokens)
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        states = text.token_states(ids, mask)
+        weights = None
+        if self.model.cfg.text_pooling == "part_to_whole":
+            weights = torch.from_numpy(part_to_whole_weights(texts, offsets, mask.cpu().numpy())).to(self.device)
+        glob = text.proj(pool_tokens(states, mask, weights))
+        phrases, valid = pool_phrases(text.proj(states), texts, offsets)
+        return F.normalize(glob, dim=-1), phrases, valid
 
     def logit_scale(self, cfg: TrainConfig) -> torch.Tensor:
         if cfg.learn_temperature:

@@ -1,0 +1,197 @@
+"""The CAFT-style sceneworld-mini variant (issue 21; design in docs/caft.md) and the experiment
+that measures the seed's three claims against today's sceneworld-mini.
+
+The variant is sceneworld-mini with
+- region tokens at three scales (the 8 x 8 patches, 4 x 4 and 2 x 2 pools of them; fine to coarse),
+- part-to-whole text pooling (a paragraph = the mean of its sentences, each the mean of its
+  phrases; engine/text/parts.py), and
+- the phrase-region alignment loss (engine/training/local_alignment.py) beside the global
+  contrastive loss in both training stages,
+trained on pictures and texts only, with the same data, schedule and steps as the baseline.
+
+    python -m engine.training.caft --out build/caft --doc docs/caft.md      (make caft)
+
+For each training-set size (default 2,000, 6,000, 20,000 scenes) it trains the baseline (the
+20,000-scene baseline is the shipped model's weights, which `make demo-model` trains with the
+same function) and the variant, then measures both on the fixed test scenes: long and short split
+R@1, the truncation curve (seed 1000), and grounding from each model's own phrase-region maps
+with no matching head (seed 2000; calibration fitted on validation scenes of seed 1500). Each
+model's figures go to OUT/<name>/measurement.json; the tables of docs/caft.md are rendered from
+them. Folders already trained are reused (delete one to retrain it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from engine import options
+from engine.backends.sceneworld_mini.network import CONFIG_FILE, MODEL_FILE, MiniConfig
+
+CAFT_CONFIG = MiniConfig(region_scales=(4, 2), text_pooling="part_to_whole")
+#: Weight of the local loss beside the global one (both are InfoNCE at the same temperature).
+LOCAL_WEIGHT = 1.0
+SIZES = (2000, 6000, 20000)
+TRUNCATION_BUDGETS = (20, 40, 60, 80, 100, 128)
+RETRIEVAL_SEED, GROUNDING_SEED, CALIBRATION_SEED = 1000, 2000, 1500
+SHIPPED_TRAINING_SCENES = 20000
+
+
+def train_variant(out_dir: Path, n_train: int, *, seed: int = 0, cfg: MiniConfig = CAFT_CONFIG, log=sys.stderr,
+                  **schedule: int) -> dict:
+    """Train the CAFT-style variant (both stages) into out_dir; texts and pictures only.
+    `schedule`: epochs_a, epochs_b, batch_size (default: the baseline's)."""
+    from engine.training.sceneworld_mini import train
+
+    return train(out_dir, seed=seed, n_train=n_train, cfg=cfg, local_alignment=LOCAL_WEIGHT, log=log, **schedule)
+
+
+def train_baseline(out_dir: Path, n_train: int, *, seed: int = 0, log=sys.stderr) -> dict:
+    from engine.training.sceneworld_mini import train
+
+    return train(out_dir, seed=seed, n_train=n_train, log=log)
+
+
+def copy_shipped_baseline(shipped: Path, out_dir: Path) -> None:
+    """The shipped model's two-tower weights without its matching head (trained with masks):
+    the 20,000-scene baseline, unsupervised maps only."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in (MODEL_FILE, CONFIG_FILE):
+        shutil.copy2(shipped / name, out_dir / name)
+
+
+def is_trained(folder: Path) -> bool:
+    return (folder / MODEL_FILE).is_file() and (folder / CONFIG_FILE).is_file()
+
+
+def measure(model_dir: Path, *, n_retrieval: int = 1000, n_grounding: int = 1000, n_calibration: int = 400,
+            log=sys.stderr) -> dict:
+    """Retrieval (long/short R@1 both ways, truncation curve) and unsupervised grounding."""
+    from engine.backends.sceneworld_mini.embedder import SceneWorldMiniEmbedder
+    from engine.evaluation.grounding_benchmark import evaluate_grounding
+    from engine.evaluation.grounding_calibration import fit_calibration
+    from engine.evaluation.sceneworld import embed_scenes, evaluate
+
+    t0 = time.monotonic()
+    embedder = SceneWorldMiniEmbedder(model_dir, device="cpu", model_id=model_dir.name)
+    data = embed_scenes(embedder, RETRIEVAL_SEED, n_retrieval)
+    retrieval = {}
+    for split in ("long", "short"):
+        r = evaluate(embedder, split, RETRIEVAL_SEED, n_retrieval, data=data)
+        retrieval[split] = {"i2t_R@1": r["i2t"]["R@1"], "t2i_R@1": r["t2i"]["R@1"]}
+    truncation = {str(b): evaluate(embedder, "long", RETRIEVAL_SEED, n_retrieval, max_tokens=b,
+                                   data=data)["t2i"]["R@1"] for b in TRUNCATION_BUDGETS}
+    print(f"[measure {model_dir.name}] retrieval {retrieval}", file=log, flush=True)
+    calibration = fit_calibration(embedder, seed=CALIBRATION_SEED, n=n_calibration)
+    g = evaluate_grounding(embedder, seed=GROUNDING_SEED, n=n_grounding, calibration=calibration,
+                           timing_images=0)
+    keep = ("method", "n_object_phrases", "pointing_game", "pointing_game_centre_baseline",
+            "pointing_game_random_baseline", "mask_iou", "faithfulness_auc", "faithfulness_auc_by_error",
+            "support_true_above_half", "support_wrong_below_half", "calibrated")
+    report = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8")).get("training_report", {})
+    return {
+        "model": model_dir.name,
+        "n_train_scenes": report.get("n_train_scenes"),
+        "config": {"region_scales": list(embedder.cfg.region_scales), "text_pooling": embedder.cfg.text_pooling},
+        "local_alignment": (report.get("stage_a", {}).get("extra", {}) or {}).get("local_alignment", 0.0),
+        "training_seconds": report.get("seconds"),
+        "retrieval": {"seed": RETRIEVAL_SEED, "n_scenes": n_retrieval, **retrieval},
+        "truncation_t2i_R@1": truncation,
+        "grounding": {"seed": GROUNDING_SEED, "n_scenes": n_grounding, "calibration_seed": CALIBRATION_SEED,
+                      "n_calibration_scenes": n_calibration, **{k: g[k] for k in keep}},
+        "seconds": round(time.monotonic() - t0),
+    }
+
+
+# -- the document ------------------------------------------------------------------------------
+def _f(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def render_tables(rows: Sequence[dict]) -> str:
+    """docs/caft.md's measured tables from the measurement JSONs (baseline and variant per size)."""
+    head = ("| scenes | model | long T2I | long I2T | short T2I | short I2T | pointing | centre | mask IoU "
+            "| AUC | attribute | relation | count | object |\n|" + "---|" * 14)
+    lines = [head]
+    for m in sorted(rows, key=lambda m: (m["n_train_scenes"] or 0, m["local_alignment"] > 0)):
+        r, g = m["retrieval"], m["grounding"]
+        e = g["faithfulness_auc_by_error"]
+        name = "CAFT-style variant" if m["local_alignment"] else "sceneworld-mini (today)"
+        lines.append(f"| {m['n_train_scenes']:,} | {name} | {_f(r['long']['t2i_R@1'])} | {_f(r['long']['i2t_R@1'])} "
+                     f"| {_f(r['short']['t2i_R@1'])} | {_f(r['short']['i2t_R@1'])} | {_f(g['pointing_game'])} "
+                     f"| {_f(g['pointing_game_centre_baseline'])} | {_f(g['mask_iou'])} | {_f(g['faithfulness_auc'])} "
+                     f"| {_f(e.get('attribute'))} | {_f(e.get('relation'))} | {_f(e.get('count'))} "
+                     f"| {_f(e.get('object'))} |")
+    budgets = [str(b) for b in TRUNCATION_BUDGETS]
+    lines += ["", "Truncation curve (long split T2I R@1 at a token budget):", "",
+              "| scenes | model | " + " | ".join(budgets) + " |", "|" + "---|" * (2 + len(budgets))]
+    for m in sorted(rows, key=lambda m: (m["n_train_scenes"] or 0, m["local_alignment"] > 0)):
+        name = "CAFT-style variant" if m["local_alignment"] else "sceneworld-mini (today)"
+        lines.append(f"| {m['n_train_scenes']:,} | {name} | "
+                     + " | ".join(_f(m["truncation_t2i_R@1"].get(b)) for b in budgets) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_section(doc: Path, rows: Sequence[dict], command: str) -> None:
+    from engine.bench.report import update_section
+
+    body = (f"Regenerate: `{command}`. SceneWorld synthetic data, measured on this machine's CPU; "
+            f"retrieval on {rows[0]['retrieval']['n_scenes']:,} test scenes (seed {RETRIEVAL_SEED}), grounding "
+            f"on {rows[0]['grounding']['n_scenes']:,} (seed {GROUNDING_SEED}), from each model's own "
+            "phrase-patch maps with no matching head.\n\n" + render_tables(rows))
+    update_section(doc, "caft-measured", body)
+
+
+def _sizes(text: str) -> list[int]:
+    """Comma-separated training-set sizes, each a number of scenes (options.SCENES)."""
+    return [options.SCENES(part.strip()) for part in text.split(",")]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="longlens dev caft", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for the trained models and measurements")
+    ap.add_argument("--sizes", type=_sizes, default=list(SIZES),
+                    help="training-set sizes in scenes, comma-separated (default 2000,6000,20000)")
+    ap.add_argument("--n-retrieval", type=options.SCENES, default=1000)
+    ap.add_argument("--n-grounding", type=options.SCENES, default=1000)
+    ap.add_argument("--doc", type=Path, help="write the measured tables into this Markdown file's caft-measured section")
+    ap.add_argument("--shipped", type=Path, default=Path("resources/models/sceneworld-mini"),
+                    help=f"the shipped model folder (its weights are the {SHIPPED_TRAINING_SCENES:,}-scene baseline)")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out: Path = args.out
+    rows = []
+    for n in args.sizes:
+        for kind in ("baseline", "caft"):
+            folder = out / f"{kind}-{n}"
+            if not is_trained(folder):
+                print(f"training {folder} ({n} scenes)", file=sys.stderr, flush=True)
+                if kind == "caft":
+                    train_variant(folder, n)
+                elif n == SHIPPED_TRAINING_SCENES and is_trained(args.shipped):
+                    copy_shipped_baseline(args.shipped, folder)
+                else:
+                    train_baseline(folder, n)
+            result = folder / "measurement.json"
+            if not result.exists():
+                m = measure(folder, n_retrieval=args.n_retrieval, n_grounding=args.n_grounding)
+                from engine.fileutil import atomic_write_text
+
+                atomic_write_text(result, json.dumps(m, indent=2))
+            rows.append(json.loads(result.read_text(encoding="utf-8")))
+            print(json.dumps({k: rows[-1][k] for k in ("model", "retrieval")}), flush=True)
+    if args.doc:
+        write_section(args.doc, rows, "make caft")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
