@@ -88,8 +88,10 @@ def is_lm_tower(folder: Path | None) -> bool:
 def length_sorted(encode: EncodeTexts) -> EncodeTexts:
     """`encode` over texts sorted by length (less padding per batch), results in the input order."""
     def run(texts: Sequence[str]) -> np.ndarray:
+        from engine.models.batching import length_order
+
         texts = list(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        order = length_order([len(t) for t in texts])
         out = np.asarray(encode([texts[i] for i in order]))
         back = np.empty_like(out)
         back[np.asarray(order, dtype=np.int64)] = out

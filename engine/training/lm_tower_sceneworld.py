@@ -46,15 +46,14 @@ from engine.outputs import check_script_output
 def pooled_features(tower, texts: Sequence[str], max_tokens: int, batch: int = 32) -> np.ndarray:
     """(N, hidden) pooled final states of the frozen language model (before norm and projection),
     over texts sorted by length (less padding), returned in input order."""
+    from engine.models.batching import length_sorted_batches
     from engine.models.lm_tower import pool
 
     texts = list(texts)
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = np.empty((len(texts), tower.cfg.hidden_size), np.float32)
     tower.eval()
     with torch.inference_mode():
-        for start in range(0, len(texts), batch):
-            idx = order[start : start + batch]
+        for idx in length_sorted_batches([len(t) for t in texts], batch):
             ids, mask = tower.tokenize([texts[i] for i in idx], max_tokens)
             out[idx] = pool(tower.hidden_states(ids, mask), mask, tower.cfg.pooling).float().cpu().numpy()
     return out

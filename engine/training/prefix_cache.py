@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
+from engine.models.batching import length_sorted_batches
+
 
 class PrefixCache:
     """The frozen-prefix token states of `texts` (float32, one (L_i, H) tensor per text)."""
@@ -24,12 +26,10 @@ class PrefixCache:
         self.tower, self.train_layers = tower, train_layers
         texts = list(texts)
         self.states: list[torch.Tensor] = [torch.empty(0)] * len(texts)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # less padding per batch
         was_training = tower.training
         tower.eval()
         try:
-            for start in range(0, len(texts), batch):
-                idx = order[start : start + batch]
+            for idx in length_sorted_batches([len(t) for t in texts], batch):
                 ids, mask = tower.tokenize([texts[i] for i in idx], max_tokens)
                 states = tower.prefix_states(ids, mask, train_layers).cpu()
                 lengths = mask.sum(dim=1).tolist()

@@ -29,6 +29,7 @@ from PIL import Image
 from engine.backends.blip.fast import FastBlipTowers, cpu_supports_bf16, intra_op_threads
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.models.base import to_rgb
+from engine.models.batching import length_sorted_batches
 from engine.models.device import resolve_device  # noqa: F401  (re-exported for the backend's callers)
 
 log = logging.getLogger(__name__)
@@ -433,12 +434,10 @@ class BlipEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         # Batches of similar length waste less compute on padding; order is restored below.
         lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]]
-        order = sorted(range(len(texts)), key=lambda i: lengths[i])
         feats = np.empty((len(texts), self.dim), dtype=np.float32)
         threads = self.query_threads if len(texts) <= 4 else None
         with torch.inference_mode(), intra_op_threads(threads):
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
+            for idx in length_sorted_batches(lengths, self.batch_size):
                 enc = self.tokenize([texts[i] for i in idx], limit)
                 ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
                 if self._fast is not None:

@@ -30,6 +30,7 @@ from engine.backends.clip.fast import FastClipTowers
 from engine.backends.clip.shapes import check_clip_config_dict, read_config
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.models.base import to_rgb
+from engine.models.batching import length_sorted_batches
 from engine.models.device import cpu_supports_bf16, intra_op_threads, resolve_device
 
 log = logging.getLogger(__name__)
@@ -367,12 +368,10 @@ class ClipEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]]
-        order = sorted(range(len(texts)), key=lambda i: lengths[i])
         feats = np.empty((len(texts), self.dim), dtype=np.float32)
         threads = self.query_threads if len(texts) <= 4 else None
         with torch.inference_mode(), intra_op_threads(threads):
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
+            for idx in length_sorted_batches(lengths, self.batch_size):
                 enc = self.tokenize([texts[i] for i in idx], limit)
                 ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
                 feats[idx] = self._normalised(self.text_features(ids, mask))
