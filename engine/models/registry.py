@@ -465,41 +465,51 @@ _register(
     )
 )
 
-_register(
-    ModelSpec(
-        name="longclip-b",
-        backend="clip",
-        description="Long-CLIP B/16: CLIP ViT-B/16 fine-tuned for paragraphs (248 text tokens, about 600 MB). "
-        "Pulled as the official longclip-B.pt and converted once to safetensors.",
-        repo_id="BeichenZhang/LongCLIP-B",
-        revision="5ec98ddcf52692ea2e5a663a5e0f6920c4554c99",
-        files={"longclip-B.pt": sha256_pin("ca2face3716d60473a4e284e5be2cf0a1f3a4ad9954a6a651d878e814cc0c894")},
-        dim=512,
-        image_size=224,
-        default_text_tokens=248,
-        license="Apache-2.0 (BeichenZhang/LongCLIP-B; fine-tuned from OpenAI CLIP, MIT)",
-        notes="The official OpenAI-layout .pt, pinned by SHA-256, converted at pull by engine/backends/clip/convert.py "
-        "(unpickled with weights_only only after the pin matched); the .pt is not kept.",
-    )
-)
+@dataclass(frozen=True)
+class PinnedCheckpoint:
+    """One official OpenAI-layout checkpoint file, pinned (converted at pull or by `models convert`)."""
 
-_register(
-    ModelSpec(
-        name="longclip-l",
-        backend="clip",
-        description="Long-CLIP L/14: CLIP ViT-L/14 fine-tuned for paragraphs (224 px, 248 text tokens, about "
-        "1.7 GB). Pulled as the official longclip-L.pt and converted once to safetensors.",
-        repo_id="BeichenZhang/LongCLIP-L",
-        revision="a29856989d49817508dbda0fb95c7f6ffc314331",
-        files={"longclip-L.pt": sha256_pin("9d2c12ffcbf9099f95bfb9cf8f08f949b695e22fb0018e8895e088f4a88b6afd")},
-        dim=768,
-        image_size=224,
-        default_text_tokens=248,
-        license="Apache-2.0 (BeichenZhang/LongCLIP-L; fine-tuned from OpenAI CLIP, MIT)",
-        notes="The official OpenAI-layout .pt, pinned by SHA-256, converted at pull by engine/backends/clip/convert.py "
-        "(unpickled with weights_only only after the pin matched); the .pt is not kept.",
+    repo_id: str
+    revision: str
+    filename: str
+    sha256: str
+    size: int
+
+
+#: The Long-CLIP checkpoints (one table: the pulls below and engine/backends/clip/convert.py).
+OPENAI_LAYOUT_CHECKPOINTS: dict[str, PinnedCheckpoint] = {
+    "longclip-b": PinnedCheckpoint("BeichenZhang/LongCLIP-B", "5ec98ddcf52692ea2e5a663a5e0f6920c4554c99",
+                                   "longclip-B.pt", "ca2face3716d60473a4e284e5be2cf0a1f3a4ad9954a6a651d878e814cc0c894",
+                                   599_433_439),
+    "longclip-l": PinnedCheckpoint("BeichenZhang/LongCLIP-L", "a29856989d49817508dbda0fb95c7f6ffc314331",
+                                   "longclip-L.pt", "9d2c12ffcbf9099f95bfb9cf8f08f949b695e22fb0018e8895e088f4a88b6afd",
+                                   1_711_923_133),
+}
+
+for _name, _what, _size, _dim, _card in (
+    ("longclip-b", "Long-CLIP B/16: CLIP ViT-B/16 fine-tuned for paragraphs (248 text tokens, about 600 MB).",
+     "B", 512, "BeichenZhang/LongCLIP-B"),
+    ("longclip-l", "Long-CLIP L/14: CLIP ViT-L/14 fine-tuned for paragraphs (224 px, 248 text tokens, about 1.7 GB).",
+     "L", 768, "BeichenZhang/LongCLIP-L"),
+):
+    _pin = OPENAI_LAYOUT_CHECKPOINTS[_name]
+    _register(
+        ModelSpec(
+            name=_name,
+            backend="clip",
+            description=f"{_what} Pulled as the official {_pin.filename} and converted once to safetensors.",
+            repo_id=_pin.repo_id,
+            revision=_pin.revision,
+            files={_pin.filename: sha256_pin(_pin.sha256)},
+            dim=_dim,
+            image_size=224,
+            default_text_tokens=248,
+            license=f"Apache-2.0 ({_card}; fine-tuned from OpenAI CLIP, MIT)",
+            notes="The official OpenAI-layout .pt, pinned by SHA-256, converted at pull by "
+            "engine/backends/clip/convert.py (unpickled with weights_only only after the pin matched); the .pt is "
+            "not kept.",
+        )
     )
-)
 
 
 # --- Names and lookup ------------------------------------------------------------------------

@@ -4,7 +4,7 @@ that measures the seed's three claims against today's sceneworld-mini.
 The variant is sceneworld-mini with
 - region tokens at three scales (the 8 x 8 patches, 4 x 4 and 2 x 2 pools of them; fine to coarse),
 - part-to-whole text pooling (a paragraph = the mean of its sentences, each the mean of its
-  phrases; engine/text/parts.py), and
+  phrases; engine/grounding/parts.py), and
 - the phrase-region alignment loss (engine/training/local_alignment.py) beside the global
   contrastive loss in both training stages,
 trained on pictures and texts only, with the same data, schedule and steps as the baseline.

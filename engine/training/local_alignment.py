@@ -25,14 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-import numpy as np
 import torch
-from torch.nn import functional as F
 
-from engine.text.parts import phrase_token_masks
-
-#: At most this many phrases of a text take part (SceneWorld paragraphs have 8–20).
-MAX_PHRASES = 24
+from engine.grounding.parts import MAX_PHRASES, pool_phrases  # noqa: F401  (re-exported)
 
 
 @runtime_checkable
@@ -47,17 +42,6 @@ class RegionAdapter(Protocol):
         """(T, D) normalised global embeddings, (T, P, D) normalised phrase embeddings and (T, P)
         bool validity (see `pool_phrases`)."""
         ...
-
-
-def pool_phrases(token_states: torch.Tensor, texts: Sequence[str], offsets: np.ndarray,
-                 max_phrases: int = MAX_PHRASES) -> tuple[torch.Tensor, torch.Tensor]:
-    """Phrase embeddings from a text tower's projected token states (T, L, D) and the tokenizer's
-    (T, L, 2) offset mapping: the mean of each phrase's tokens, normalised. Returns (T, P, D) and
-    (T, P) bool (False: no phrase there, or truncated away)."""
-    masks, valid = phrase_token_masks(texts, offsets, max_phrases)
-    m = torch.from_numpy(masks).to(token_states.device, token_states.dtype)
-    phrases = torch.einsum("tpl,tld->tpd", m, token_states)
-    return F.normalize(phrases, dim=-1), torch.from_numpy(valid).to(token_states.device)
 
 
 def local_scores(regions: torch.Tensor, phrases: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -17,9 +17,9 @@ from engine.backends.sceneworld_mini.network import (
     tokenize_with_offsets,
 )
 from engine.errors import ModelIntegrityError
-from engine.text.parts import part_to_whole_weights, phrase_token_masks, text_parts
+from engine.grounding.parts import part_to_whole_weights, phrase_token_masks, pool_phrases, text_parts
 from engine.training.configs import PRESETS, load_config
-from engine.training.local_alignment import local_alignment_loss, local_scores, pool_phrases
+from engine.training.local_alignment import local_alignment_loss, local_scores
 from engine.training.sceneworld_mini import ArrayImages, MiniAdapter
 from engine.training.trainer import Trainer
 from tests.engine.test_trainer import TINY, colour_data
@@ -246,7 +246,7 @@ def test_the_variant_trains_from_pictures_and_texts_only(tmp_path, monkeypatch):
         assert images.renders.dtype == np.uint8 and images.renders.shape[1:] == (32, 32, 3)
     assert load_model(tmp_path / "v").cfg.text_pooling == "part_to_whole"
     root = Path(__file__).resolve().parents[2]
-    for module in ("engine/training/local_alignment.py", "engine/text/parts.py"):
+    for module in ("engine/training/local_alignment.py", "engine/grounding/parts.py"):
         tree = ast.parse((root / module).read_text(encoding="utf-8"))
         names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}

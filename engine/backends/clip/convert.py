@@ -24,36 +24,22 @@ import pickle
 import shutil
 import uuid
 from collections.abc import Generator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelError, ModelIntegrityError
 from engine.jobs import CancelToken, Progress
+from engine.models.registry import OPENAI_LAYOUT_CHECKPOINTS, PinnedCheckpoint
 
-# Where these come from: the Git LFS pointers of the commits that uploaded the files, as shown on
+# Where the pins come from: the Git LFS pointers of the commits that uploaded the files, as shown on
 # huggingface.co (commit 5ec98ddcf52692ea2e5a663a5e0f6920c4554c99 of BeichenZhang/LongCLIP-B
 # "Upload longclip-B.pt"; commit a29856989d49817508dbda0fb95c7f6ffc314331 of BeichenZhang/LongCLIP-L
 # "Upload longclip-L.pt", which replaced the first upload 92e2948 after the authors' DDP fix).
 
 
-@dataclass(frozen=True)
-class PinnedCheckpoint:
-    repo_id: str
-    revision: str
-    filename: str
-    sha256: str
-    size: int
+# The pins live in the registry's one table (the pulls use the same entries).
+PINNED = OPENAI_LAYOUT_CHECKPOINTS
 
-
-PINNED: dict[str, PinnedCheckpoint] = {
-    "longclip-b": PinnedCheckpoint("BeichenZhang/LongCLIP-B", "5ec98ddcf52692ea2e5a663a5e0f6920c4554c99",
-                                   "longclip-B.pt", "ca2face3716d60473a4e284e5be2cf0a1f3a4ad9954a6a651d878e814cc0c894",
-                                   599_433_439),
-    "longclip-l": PinnedCheckpoint("BeichenZhang/LongCLIP-L", "a29856989d49817508dbda0fb95c7f6ffc314331",
-                                   "longclip-L.pt", "9d2c12ffcbf9099f95bfb9cf8f08f949b695e22fb0018e8895e088f4a88b6afd",
-                                   1_711_923_133),
-}
 
 OPENAI_HEAD_WIDTH = 64
 _HASH_CHUNK = 4 * 1024 * 1024

@@ -63,7 +63,7 @@ class MiniConfig:
     #: global embedding (the mean patch) is their mean too and patch maps still decompose it.
     region_scales: tuple[int, ...] = ()
     #: "mean": the masked mean of the token states; "part_to_whole": the mean of the sentences,
-    #: each the mean of its phrases (engine/text/parts.py).
+    #: each the mean of its phrases (engine/grounding/parts.py).
     text_pooling: str = "mean"
 
     @property
@@ -263,7 +263,7 @@ def encode_text_batch(model: SceneWorldMini, tokenizer, texts: Sequence[str], ma
     if model.cfg.text_pooling == "mean":
         ids, mask = tokenize(tokenizer, texts, max_tokens)
         return model.text(ids.to(device), mask.to(device))
-    from engine.text.parts import part_to_whole_weights
+    from engine.grounding.parts import part_to_whole_weights
 
     ids, mask, offsets = tokenize_with_offsets(tokenizer, texts, max_tokens)
     weights = torch.from_numpy(part_to_whole_weights(texts, offsets, mask.numpy()))

@@ -72,8 +72,7 @@ class MiniAdapter:
         return F.normalize(g, dim=-1), F.normalize(r, dim=-1)
 
     def encode_text_phrases(self, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        from engine.text.parts import part_to_whole_weights
-        from engine.training.local_alignment import pool_phrases
+        from engine.grounding.parts import part_to_whole_weights, pool_phrases
 
         text = self.model.text
         ids, mask, offsets = tokenize_with_offsets(self.tokenizer, texts, max_tokens)

@@ -16,8 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+#: At most this many phrases of a text take part in phrase pooling (SceneWorld paragraphs have 8–20).
+MAX_PHRASES = 24
 
 
 @dataclass(frozen=True)
@@ -104,3 +111,17 @@ def part_to_whole_weights(texts: Sequence[str], offsets: np.ndarray, attention: 
             for idx in phrases:
                 weights[i, idx] += 1.0 / (len(groups) * len(phrases) * len(idx))
     return weights
+
+
+def pool_phrases(token_states: torch.Tensor, texts: Sequence[str], offsets: np.ndarray,
+                 max_phrases: int = MAX_PHRASES) -> tuple[torch.Tensor, torch.Tensor]:
+    """Phrase embeddings from a text tower's projected token states (T, L, D) and the tokenizer's
+    (T, L, 2) offset mapping: the mean of each phrase's tokens, normalised. Returns (T, P, D) and
+    (T, P) bool (False: no phrase there, or truncated away)."""
+    import torch
+    from torch.nn import functional as F
+
+    masks, valid = phrase_token_masks(texts, offsets, max_phrases)
+    m = torch.from_numpy(masks).to(token_states.device, token_states.dtype)
+    phrases = torch.einsum("tpl,tld->tpd", m, token_states)
+    return F.normalize(phrases, dim=-1), torch.from_numpy(valid).to(token_states.device)
