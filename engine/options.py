@@ -112,6 +112,9 @@ PHASH_DISTANCE = count("perceptual-hash distance", 0, 32)
 SIMILARITY_THRESHOLD = Number("similarity threshold", float, 0.0, 1.0, lo_open=True)
 # The share of a paragraph's sentences a training step keeps (the seed's sentence sampling).
 SENTENCE_SAMPLING = Number("sentence-sampling fraction", float, 0.0, 1.0, lo_open=True)
+# The weight of the local (phrase-region) alignment loss beside the global one (0: off); the same
+# range TrainConfig.validate checks (engine/training/local_alignment.py).
+LOCAL_ALIGNMENT = Number("local-alignment weight", float, 0.0, 100.0)
 # The search filter on XMP ratings: at least this many stars (0 keeps all but rejected pictures).
 MIN_RATING = count("minimum rating", 0, 5)
 

@@ -75,6 +75,10 @@ def register(sub: Any) -> None:
     tp.add_argument("--sentence-sampling", type=options.SENTENCE_SAMPLING, metavar="FRACTION",
                     help="each step, each paragraph keeps this fraction of its sentences (at least one), drawn at "
                     "random and kept in order: the seed recipe's sentence sampling (default: whole paragraphs)")
+    tp.add_argument("--local-alignment", type=options.LOCAL_ALIGNMENT, default=0.0, metavar="WEIGHT",
+                    help="add the local phrase-region alignment loss with this weight beside the global one: each "
+                    "phrase of a text is matched to its best image patch (models whose vision tower gives patch "
+                    "embeddings: BLIP, CLIP, sceneworld-mini; 0, the default: off). See docs/training.md")
     tp.add_argument("--cache", type=Path, help="embedding cache folder (default: under the Longlens cache)")
     tp.add_argument("--checkpoint-every", type=CHECKPOINT_EVERY, default=500, help="steps between checkpoints (0: only at the end)")
     tp.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
@@ -85,7 +89,8 @@ def register(sub: Any) -> None:
     tp.set_defaults(func=cmd_train, flags={"resume": "--resume", "out_dir": "--out", "batch_size": "--batch-size",
                                           "cache_dir": "--cache", "model": "--base",
                                           "text_tower": "--text-tower", "train_layers": "--train-layers",
-                                          "init_text_tower": "--init-text-tower"})
+                                          "init_text_tower": "--init-text-tower",
+                                          "local_alignment": "--local-alignment", "grad_accum": "--grad-accum"})
     tsub = tp.add_subparsers(dest="train_cmd", metavar="{cache,validate,convert}")
 
     tc = tsub.add_parser("cache", help="compute the frozen image embeddings of a data file (resumable)")
@@ -190,6 +195,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                       temperature=args.temperature)
     if args.sentence_sampling is not None:
         cfg = dataclasses.replace(cfg, extra={**cfg.extra, "sentence_sampling": args.sentence_sampling})
+    if args.local_alignment:  # 0 leaves the config (and so the run's fingerprint) as it was
+        cfg = cfg.with_overrides(extra={**cfg.extra, "local_alignment": args.local_alignment})
     paths = common.paths(args).ensure()
     req = TrainRequest(data=args.data, base=args.base, out_dir=args.out, config=cfg, cache_dir=args.cache,
                        device=args.device, resume=args.resume, strict=args.strict,

@@ -220,6 +220,23 @@ class LMTextTower(nn.Module):
                              return_tensors="pt")
         return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
+    def tokenize_with_offsets(self, texts: Sequence[str], max_tokens: int | None = None
+                              ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """As tokenize, plus the (T, L, 2) character offsets of every token (fast tokenizers only)."""
+        from engine.models.tokenizers import tokenize_with_offsets
+
+        ids, mask, offsets = tokenize_with_offsets(self.tokenizer, texts, self._limit(max_tokens))
+        return ids.to(self.device), mask.to(self.device), offsets
+
+    def token_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, embed_dim) L2-normalised embeddings, as forward, and (B, L, embed_dim) projected, not
+        normalised, token states (each token through the same norm and projection), from one pass."""
+        hidden = self.hidden_states(input_ids, attention_mask)
+        dtype = self.proj.weight.dtype
+        pooled = pool(hidden, attention_mask, self.cfg.pooling).to(dtype)
+        return F.normalize(self.proj(self.norm(pooled)), dim=-1), self.proj(self.norm(hidden.to(dtype)))
+
     def encode_tensor(self, texts: Sequence[str], max_tokens: int | None = None) -> torch.Tensor:
         """Embeddings of `texts` with graph (training); one batch."""
         ids, mask = self.tokenize(texts, max_tokens)

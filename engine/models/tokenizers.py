@@ -6,13 +6,15 @@ transformers is imported inside the functions: importing this module stays cheap
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import ModelError
 
 if TYPE_CHECKING:
+    import numpy as np
     from transformers import BertTokenizerFast
 
 BERT_UNCASED_VOCAB_SIZE = 30522
@@ -56,3 +58,19 @@ def build_bert_uncased_tokenizer(vocab_file: Path | None = None) -> BertTokenize
         )
     # transformers 5 ignores vocab_file=...; the vocabulary has to be passed as a mapping.
     return BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=BERT_MAX_TOKENS)
+
+
+def tokenize_with_offsets(tokenizer: Any, texts: Sequence[str], max_length: int) -> tuple[Any, Any, np.ndarray]:
+    """Token ids and attention mask (torch, padded and truncated at `max_length` exactly as the
+    backends' own `tokenize` calls do) and the (T, L, 2) character offsets of every token ((0, 0):
+    special and padding tokens), which phrase pooling needs. Only a fast (Rust) tokenizer keeps
+    offsets; a Python one is refused rather than guessed at."""
+    name = type(tokenizer).__name__
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(f"the tokenizer ({name}) is not a fast tokenizer and gives no character offsets; "
+                         "phrase embeddings need them (a tokenizer.json makes it a fast one)")
+    enc = tokenizer(list(texts), truncation=True, max_length=int(max_length), padding=True, return_tensors="pt",
+                    return_offsets_mapping=True)
+    if "offset_mapping" not in enc:
+        raise ModelError(f"the tokenizer ({name}) gave no character offsets; phrase embeddings need them")
+    return enc["input_ids"], enc["attention_mask"], enc["offset_mapping"].numpy()

@@ -89,6 +89,40 @@ class LMTowerAdapter:
         return save_tower(self.tower, out_dir, extra={"training": cfg.to_dict(), **extra})
 
 
+class LMTowerRegionAdapter(LMTowerAdapter):
+    """An LMTowerAdapter that local (phrase-region) alignment can train (a RegionAdapter,
+    engine/training/local_alignment.py): the images' regions come from a frozen region source (the
+    base model's own training adapter: BLIP's or CLIP's patch embeddings, in the space the tower
+    projects to), the phrases from the tower's token states through its own norm and projection."""
+
+    def __init__(self, tower: LMTextTower, regions: Any, *, device: str = "cpu",
+                 amp_dtype: torch.dtype | None | str = "auto") -> None:
+        super().__init__(tower, vision=None, device=device, amp_dtype=amp_dtype)
+        self.regions = regions
+
+    @torch.no_grad()  # the vision side never trains under an LM tower
+    def encode_pixel_regions(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        glob, regions = self.regions.encode_pixel_regions(pixels)
+        if glob.shape[1] != self.tower.dim:
+            raise ModelError(f"the image embeddings are {glob.shape[1]}-dimensional, the tower projects to "
+                             f"{self.tower.dim}")
+        return glob.to(self.device), regions.to(self.device)
+
+    def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.encode_pixel_regions(pixels)[0]
+
+    def encode_text_phrases(self, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from engine.models.device import autocast
+        from engine.training.local_alignment import pool_phrases
+
+        ids, mask, offsets = self.tower.tokenize_with_offsets(texts, max_tokens)
+        with autocast(self.device, self.amp_dtype):
+            glob, tokens = self.tower.token_embeddings(ids, mask)
+        phrases, valid = pool_phrases(tokens.float(), texts, offsets)
+        # Normalised again in float32, as encode_texts does.
+        return torch.nn.functional.normalize(glob.float(), dim=-1), phrases, valid
+
+
 def check_tower_ref(ref: str | Path) -> None:
     """Refuse a text-tower reference that names neither a folder nor a packaged tower, before any
     work starts (nothing is loaded)."""
@@ -126,9 +160,14 @@ def resolve_tower(ref: str | Path, *, embed_dim: int, train_layers: int | str | 
 
 
 def make_lm_tower_adapter(ref: str | Path, *, embed_dim: int, train_layers: int | str | None = None,
-                          device: str = "auto", vision: Any = None, seed: int = 0) -> LMTowerAdapter:
+                          device: str = "auto", vision: Any = None, seed: int = 0,
+                          regions: Any = None) -> LMTowerAdapter:
+    """`regions`: a RegionAdapter (the base model's training adapter) whose frozen region embeddings
+    local alignment trains the tower's phrases against; then the adapter is an LMTowerRegionAdapter."""
     from engine.models.device import resolve_device
 
     dev = resolve_device(device)
-    return LMTowerAdapter(resolve_tower(ref, embed_dim=embed_dim, train_layers=train_layers, device=dev, seed=seed),
-                          vision=vision, device=dev)
+    tower = resolve_tower(ref, embed_dim=embed_dim, train_layers=train_layers, device=dev, seed=seed)
+    if regions is not None:
+        return LMTowerRegionAdapter(tower, regions, device=dev)
+    return LMTowerAdapter(tower, vision=vision, device=dev)

@@ -85,6 +85,17 @@ def _check_resume(out_dir: Path, fp: dict[str, Any]) -> None:
                           "use a new output folder or start afresh instead of resuming", settings=("resume", "out_dir"))
 
 
+def _region_adapter(adapter: Any, base: BaseModel) -> Any:
+    """`adapter` itself when local alignment can train it (a RegionAdapter), else a refusal."""
+    from engine.training.local_alignment import RegionAdapter
+
+    if not isinstance(adapter, RegionAdapter):
+        raise ConfigError(f"local (phrase-region) alignment needs a model whose vision tower gives region (patch) "
+                          f"embeddings; {base.name} ({base.backend} backend) gives none: train without it",
+                          settings=("local_alignment",))
+    return adapter
+
+
 def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None) -> Iterator[Progress]:
     """Validate → cache image embeddings → train → save. Yields Progress; the final report
     (stage "done") carries the run summary in extra."""
@@ -113,6 +124,10 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
 
         check_tower_ref(req.text_tower)
     base = resolve_base(req.base, paths)
+    local = float(cfg.extra.get("local_alignment", 0.0) or 0.0)
+    if local and cfg.grad_accum > 1:
+        raise ConfigError("local (phrase-region) alignment is not implemented with gradient caching: train with "
+                          "one micro-batch per batch", settings=("local_alignment", "grad_accum"))
 
     yield Progress("validate", 0, None, f"reading {req.data}")
     data = read_training_jsonl(req.data, cfg, strict=req.strict)
@@ -148,6 +163,9 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
                 return
         else:
             yield p
+    # Local alignment needs the pictures themselves (their regions): decoded and preprocessed as
+    # the cache's were, by this embedder; otherwise it is done.
+    preprocess = (embedder.preprocess, embedder.image_size) if local else None
     del embedder
     vectors, keep = lookup(cache_dir, images)
     dropped = len(images) - len(keep)
@@ -155,15 +173,24 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
     if len(examples) < cfg.batch_size:
         raise LonglensError(f"only {len(examples)} images could be embedded; fewer than one batch")
 
+    image_source = None
+    if preprocess is not None:
+        from engine.training.file_images import FileImages
+
+        image_source = FileImages([images[i] for i in keep], *preprocess)
     if req.text_tower is not None:
         from engine.training.lm_tower_adapter import make_lm_tower_adapter
 
+        # Local alignment: the tower's phrases meet the regions of the base's own (frozen) vision tower.
+        regions = _region_adapter(make_adapter(base, device=req.device), base) if local else None
         # A resumed run rebuilds the same start (the projection is seeded by the config's seed) and
         # the trainer then restores the trained tensors from its checkpoint.
         adapter = make_lm_tower_adapter(req.text_tower, embed_dim=int(vectors.shape[1]), train_layers=req.train_layers,
-                                        device=req.device, seed=cfg.seed)
+                                        device=req.device, seed=cfg.seed, regions=regions)
     else:
         adapter = make_adapter(base, device=req.device, init_text_tower=req.init_text_tower)
+        if local:
+            _region_adapter(adapter, base)
     device = getattr(adapter, "device", "cpu")
     emb = torch.from_numpy(np.ascontiguousarray(vectors)).to(device)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -175,8 +202,11 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
     atomic_write_text(out_dir / RUN_FILE, json.dumps(run_info, indent=2) + "\n")
 
     while True:
-        trainer = Trainer(adapter, cfg, examples, image_embeddings=emb, out_dir=out_dir,
-                          checkpoint_every=req.checkpoint_every, resume=req.resume)
+        try:
+            trainer = Trainer(adapter, cfg, examples, image_source, image_embeddings=emb, out_dir=out_dir,
+                              checkpoint_every=req.checkpoint_every, resume=req.resume)
+        except ValueError as exc:  # what the run asks for does not fit the model or the data
+            raise ConfigError(str(exc), settings=("local_alignment",) if local else ()) from None
         try:
             last = None
             for p in trainer.run(cancel):
@@ -188,7 +218,8 @@ def train_job(req: TrainRequest, paths: Paths, cancel: CancelToken | None = None
         except torch.cuda.OutOfMemoryError:
             # Only before the first step: nothing has been updated yet, so restarting with smaller
             # micro-batches (gradient caching gives the same result) is safe.
-            if not req.auto_grad_accum or trainer.history or cfg.grad_accum * 2 > cfg.batch_size // 2:
+            # Local alignment has no gradient caching: nothing to retry with.
+            if not req.auto_grad_accum or local or trainer.history or cfg.grad_accum * 2 > cfg.batch_size // 2:
                 raise
             torch.cuda.empty_cache()
             cfg = cfg.with_overrides(grad_accum=cfg.grad_accum * 2)

@@ -102,6 +102,32 @@ class BlipAdapter:
         # Normalised in float32, as BlipEmbedder does: low-precision norms of 256-d vectors drift.
         return F.normalize(proj.float(), dim=-1)
 
+    # -- RegionAdapter (local phrase-region alignment, engine/training/local_alignment.py) --------
+    def encode_pixel_regions(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global embedding (as encode_pixels: vision_proj of [CLS]) and one region per patch:
+        vision_proj of every patch state of the same last_hidden_state, both normalised (the patch
+        embeddings BLIP's grounder reads, engine/backends/blip/grounder.py)."""
+        with self._autocast():
+            states = self.embedder.vision_states(pixels.to(device=self.device, dtype=torch.float32))
+            proj = self.model.vision_proj(states)
+        proj = proj.float()
+        return F.normalize(proj[:, 0], dim=-1), F.normalize(proj[:, 1:], dim=-1)
+
+    def encode_text_phrases(self, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The global embedding (as encode_texts: text_proj of [CLS]) and the phrases' embeddings:
+        the mean of each phrase's token states through the same text_proj."""
+        from engine.models.tokenizers import tokenize_with_offsets
+        from engine.training.local_alignment import pool_phrases
+
+        emb = self.embedder
+        ids, mask, offsets = tokenize_with_offsets(emb.tokenizer, texts, emb.effective_max_tokens(max_tokens))
+        with self._autocast():
+            states = emb.text_states(ids.to(self.device), mask.to(self.device))
+            tokens = self.model.text_proj(states)
+        tokens = tokens.float()
+        phrases, valid = pool_phrases(tokens, texts, offsets)
+        return F.normalize(tokens[:, 0], dim=-1), phrases, valid
+
     def logit_scale(self, cfg: TrainConfig) -> torch.Tensor:
         if cfg.learn_temperature and self._log_scale is not None:
             return self._log_scale.exp().clamp(max=100.0)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from engine.backends.clip.fast import FastClipTowers
+from engine.backends.clip.fast import FastClipTowers, pooled_positions
 from engine.backends.clip.shapes import check_clip_config_dict, read_config
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.models.base import to_rgb
@@ -321,6 +321,17 @@ class ClipEmbedder:
         if self._fast is not None:
             return self._fast.text_features(input_ids, attention_mask)
         return _pooler(self.model.get_text_features(input_ids=input_ids, attention_mask=attention_mask))
+
+    def text_token_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """As text_features, for every token: (N, L, dim) projected, not yet normalised states
+        (the text embedding is the row at `pooled_positions`); autograd as the caller has it."""
+        if self._fast is not None:
+            return self._fast.text_token_features(input_ids, attention_mask)
+        return self.model.text_projection(self.text_states(input_ids, attention_mask))
+
+    def pooled_positions(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(N,) the token each row's text embedding is read at (transformers' rule for the config)."""
+        return pooled_positions(input_ids, int(self.config.text_config.eos_token_id))
 
     def encode_pixels(self, pixel_values: np.ndarray) -> np.ndarray:
         pixel_values = np.asarray(pixel_values, dtype=np.float32)

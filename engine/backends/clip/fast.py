@@ -95,6 +95,23 @@ class FastClipTowers:
         return proj(tm.final_layer_norm(h[:, 0])).float()
 
 
+    def text_token_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """As text_features, for every token: (N, L, dim) float32 projected states after
+        final_layer_norm, the last layer computed for all rows (phrase embeddings read them)."""
+        if self._text is None:
+            self._text = self._cast(self.model.text_model, self.model.text_projection)
+        tm, proj = self._text
+        t = input_ids.shape[1]
+        mask = None
+        if not bool(attention_mask.all()):
+            causal = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()
+            mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        h = tm.embeddings(input_ids=input_ids)
+        for layer in tm.encoder.layers:
+            h = _layer(layer, h, mask=mask, causal=True)
+        return proj(tm.final_layer_norm(h)).float()
+
+
 def _layer(layer: Any, h: torch.Tensor, *, mask: torch.Tensor | None = None, causal: bool = False,
            query_rows: torch.Tensor | None = None) -> torch.Tensor:
     """CLIPEncoderLayer (pre-norm) with SDPA. With query_rows (N,) the output holds only that row

@@ -27,6 +27,7 @@ from torch.nn import functional as F
 
 from engine.backends.clip.embedder import ClipEmbedder
 from engine.backends.clip.text_tower import save_text_tower
+from engine.errors import ModelError
 from engine.models.device import autocast, training_autocast_dtype
 
 if TYPE_CHECKING:
@@ -102,6 +103,44 @@ class ClipAdapter:
             feats = self.embedder.text_features(enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device))
         # Normalised in float32, as ClipEmbedder does: low-precision norms drift.
         return F.normalize(feats.float(), dim=-1)
+
+    # -- RegionAdapter (local phrase-region alignment, engine/training/local_alignment.py) --------
+    def encode_pixel_regions(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global embedding (as encode_pixels) and one region per patch ([CLS] excluded), both
+        normalised. A region is the patch's value-path embedding, the one the CLIP grounder's default
+        maps read (engine/backends/clip/grounder.py): the tokens entering the last vision block go
+        through its value path alone, out_proj(v_proj(layer_norm1(x))), then post_layernorm and
+        visual_projection, as MaskCLIP/ClearCLIP do. The plain last-block patch tokens are not used:
+        that block's attention pools them into [CLS] and they carry mostly global content, so a
+        phrase's best region would say little about where the phrase is."""
+        from engine.backends.clip.grounder import image_embedding_from, tokens_entering, value_path
+
+        vision, proj = self.model.vision_model, self.model.visual_projection
+        last = len(vision.encoder.layers) - 1
+        if last < 0:
+            raise ModelError(f"the CLIP model {self.embedder.model_id!r} has no vision blocks to take regions from")
+        with self._autocast():
+            h = tokens_entering(vision, pixels.to(device=self.device, dtype=torch.float32), last)
+            glob = image_embedding_from(vision, proj, h, last)
+            regions = proj(vision.post_layernorm(value_path(vision.encoder.layers[last], h[:, 1:])))
+        return F.normalize(glob.float(), dim=-1), F.normalize(regions.float(), dim=-1)
+
+    def encode_text_phrases(self, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The global embedding (as encode_texts) and the phrases' embeddings: the mean of each
+        phrase's projected token states (text_projection after final_layer_norm, the projection the
+        global embedding is read through; causal, so a token has seen the text up to itself)."""
+        from engine.models.tokenizers import tokenize_with_offsets
+        from engine.training.local_alignment import pool_phrases
+
+        emb = self.embedder
+        ids, mask, offsets = tokenize_with_offsets(emb.tokenizer, texts, emb.effective_max_tokens(max_tokens))
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        with self._autocast():
+            tokens = emb.text_token_features(ids, mask)
+        tokens = tokens.float()
+        glob = tokens[torch.arange(len(ids), device=self.device), emb.pooled_positions(ids).long()]
+        phrases, valid = pool_phrases(tokens, texts, offsets)
+        return F.normalize(glob, dim=-1), phrases, valid
 
     def logit_scale(self, cfg: TrainConfig) -> torch.Tensor:
         if cfg.learn_temperature and self._log_scale is not None:
