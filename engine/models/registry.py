@@ -389,6 +389,25 @@ _register(
 )
 
 
+_register(
+    ModelSpec(
+        name="sceneworld-mini-caft",
+        backend="sceneworld-mini",
+        description="The CAFT-style sceneworld-mini variant: phrases aligned with image regions in training, "
+        "no region labels; grounding from its own phrase-region maps. SceneWorld images only (docs/caft.md).",
+        repo_id=None,
+        revision=None,
+        files={},
+        dim=256,
+        image_size=64,
+        default_text_tokens=128,
+        license="Apache-2.0 (trained by the Longlens project on generated data)",
+        notes="Built locally by `make caft` (engine/training/caft.py); install the trained folder with "
+        "`longlens models import build/caft/caft-20000 --name sceneworld-mini-caft`.",
+    )
+)
+
+
 # --- CLIP family (engine/backends/clip/) ------------------------------------------------------
 #
 # openai/clip-vit-base-patch16

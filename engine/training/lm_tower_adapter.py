@@ -112,8 +112,8 @@ class LMTowerRegionAdapter(LMTowerAdapter):
         return self.encode_pixel_regions(pixels)[0]
 
     def encode_text_phrases(self, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from engine.grounding.parts import pool_phrases
         from engine.models.device import autocast
-        from engine.training.local_alignment import pool_phrases
 
         ids, mask, offsets = self.tower.tokenize_with_offsets(texts, max_tokens)
         with autocast(self.device, self.amp_dtype):

@@ -18,7 +18,7 @@ from PIL import Image
 from torch.nn import functional as F
 
 from engine.errors import ModelError
-from engine.text.parts import phrase_token_masks, text_parts
+from engine.grounding.parts import phrase_token_masks, text_parts
 from engine.training.configs import load_config
 from engine.training.local_alignment import RegionAdapter
 from engine.training.trainer import Example, Trainer

@@ -116,8 +116,8 @@ class BlipAdapter:
     def encode_text_phrases(self, texts: Sequence[str], max_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The global embedding (as encode_texts: text_proj of [CLS]) and the phrases' embeddings:
         the mean of each phrase's token states through the same text_proj."""
+        from engine.grounding.parts import pool_phrases
         from engine.models.tokenizers import tokenize_with_offsets
-        from engine.training.local_alignment import pool_phrases
 
         emb = self.embedder
         ids, mask, offsets = tokenize_with_offsets(emb.tokenizer, texts, emb.effective_max_tokens(max_tokens))

@@ -129,8 +129,8 @@ class ClipAdapter:
         """The global embedding (as encode_texts) and the phrases' embeddings: the mean of each
         phrase's projected token states (text_projection after final_layer_norm, the projection the
         global embedding is read through; causal, so a token has seen the text up to itself)."""
+        from engine.grounding.parts import pool_phrases
         from engine.models.tokenizers import tokenize_with_offsets
-        from engine.training.local_alignment import pool_phrases
 
         emb = self.embedder
         ids, mask, offsets = tokenize_with_offsets(emb.tokenizer, texts, emb.effective_max_tokens(max_tokens))
