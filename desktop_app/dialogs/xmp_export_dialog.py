@@ -161,6 +161,7 @@ class XmpExportDialog(QDialog):
             on_progress=self._progress,
             on_result=lambda last, d=dry_run, s=(convention, keywords): self._done(last, d, s),
             on_error=self._failed,
+            on_cancelled=lambda: self.status.setText("Cancelled before it started; nothing was written."),
             on_finished=self._finished)
         return self.job
 
