@@ -195,6 +195,7 @@ class MainWindow(QMainWindow):
         self.inspector_view.back_requested.connect(self.back_to_results)
         self.inspector_view.step_requested.connect(self.step_result)
         self.inspector_view.exported.connect(self._overlay_exported)
+        self.inspector_view.status_message.connect(lambda text: self.statusBar().showMessage(text, 15000))
         self.search_view.results_shown.connect(lambda _n: self.action_succeeded())
         self.review_view.full_screen_changed.connect(self._review_full_screen)
 
