@@ -509,6 +509,40 @@ class Backend:
         self.check_export_path(dest, [session.caption_file])
         return review.export_session(self.services.catalog, session, dest)
 
+    def catalog_caption_file(self) -> str:
+        """The captions already in the catalogue (each picture's XMP description, else its title)
+        as a caption file in this home, for Review to open: the same captions and checks as
+        `longlens check --from-catalog` (a NoCatalogCaptionsError when there is none)."""
+        from engine.metadata.captions import catalog_caption_file
+
+        return str(catalog_caption_file(self.services.catalog, self.paths.data))
+
+    @staticmethod
+    def xmp_conventions() -> tuple[str, ...]:
+        """The sidecar naming conventions an XMP export accepts (engine.xmp_export.CONVENTIONS)."""
+        from engine.xmp_export import CONVENTIONS
+
+        return CONVENTIONS
+
+    def xmp_export_job(self, caption_file: str, convention: str, keywords: list[str], *,
+                       dry_run: bool) -> Callable[[CancelToken], Iterator[Progress]]:
+        """The export of a reviewed caption file's verdicts, notes and these keywords into the
+        pictures' XMP sidecars as a job, as `longlens xmp export` runs it: planned first (refused
+        with the engine's XmpExportError on a read-only library, before anything is written),
+        previous sidecars backed up in this home. Its last Progress carries the summary in
+        extra["summary"] and the plan in extra["plan"]."""
+        from engine.xmp_export import export_xmp_job, plan_xmp_export
+
+        def job(token: CancelToken) -> Iterator[Progress]:
+            yield Progress("plan", message="reading the review and the sidecars")
+            plan = plan_xmp_export(self.services.catalog, caption_file, convention=convention, keywords=keywords)
+            for p in export_xmp_job(plan, backup_root=self.paths.data, dry_run=dry_run, cancel=token):
+                if "summary" in p.extra:
+                    p.extra["plan"] = plan
+                yield p
+
+        return job
+
     @staticmethod
     def verdict_names() -> tuple[str, ...]:
         from engine.review import VERDICTS

@@ -134,6 +134,7 @@ class MainWindow(QMainWindow):
         file_menu = self.menuBar().addMenu("&File")
         self.add_action = self._action(file_menu, "&Add photo folder…", "Ctrl+O", self.library_view.add_folder_dialog)
         self._action(file_menu, "Open &caption file for review…", "Ctrl+Shift+O", self.open_review_dialog)
+        self._action(file_menu, "&Review the captions already in the catalogue", None, self.review_catalog_captions)
         self._action(file_menu, "Find &duplicates…", None, self.open_duplicates)
         file_menu.addSeparator()
         self._action(file_menu, "&Settings…", "Ctrl+,", self.open_settings)
@@ -194,6 +195,7 @@ class MainWindow(QMainWindow):
         self.inspector_view.back_requested.connect(self.back_to_results)
         self.inspector_view.step_requested.connect(self.step_result)
         self.inspector_view.exported.connect(self._overlay_exported)
+        self.inspector_view.status_message.connect(lambda text: self.statusBar().showMessage(text, 15000))
         self.search_view.results_shown.connect(lambda _n: self.action_succeeded())
         self.review_view.full_screen_changed.connect(self._review_full_screen)
 
@@ -327,6 +329,10 @@ class MainWindow(QMainWindow):
     def open_review_dialog(self) -> None:
         self.tabs.setCurrentWidget(self.review_view)
         self.review_view.open_dialog()
+
+    def review_catalog_captions(self) -> None:
+        self.tabs.setCurrentWidget(self.review_view)
+        self.review_view.open_catalog_captions()
 
     def toggle_full_screen(self) -> None:
         self.showNormal() if self.isFullScreen() else self.showFullScreen()

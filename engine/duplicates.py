@@ -69,7 +69,7 @@ class DuplicateFile:
     image_id: int
     size: int
     date: str
-    date_source: str  # "exif" | "file time" (engine.catalog.dates)
+    date_source: str  # "exif" | "xmp" | "file time" (engine.catalog.dates)
     width: int | None
     height: int | None
     sha256: str
@@ -283,14 +283,14 @@ def find_duplicates(
         if not Path(lib.root).is_dir():
             report.notes.append(f"{lib.root} is offline or missing: its pictures were not looked at")
             continue
-        for rec in catalog.image_records(lib.id):
-            if rec.status != STATUS_OK or not rec.content_hash:
-                continue
+        records = [rec for rec in catalog.image_records(lib.id) if rec.status == STATUS_OK and rec.content_hash]
+        xmp_dates = catalog.xmp_dates(rec.id for rec in records if not rec.exif_date)
+        for rec in records:
             path = Path(lib.root) / rec.rel_path
             if not _file_is_as_indexed(path, rec.size, rec.mtime_ns):
                 report.changed.append(str(path))
                 continue
-            when = picture_date(rec.exif_date, rec.mtime_ns)
+            when = picture_date(rec.exif_date, rec.mtime_ns, xmp_dates.get(rec.id))
             files[rec.id] = DuplicateFile(str(path), lib.id, rec.id, rec.size, when.date, when.source, rec.width,
                                           rec.height, rec.content_hash)
             by_content.setdefault(rec.content_hash, []).append(rec.id)

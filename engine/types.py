@@ -99,8 +99,8 @@ class SearchHit:
     rel_path: str
     exif_date: str | None = None
     camera: str | None = None
-    # The date shown, sorted and filtered by: the EXIF date, else the file's modification time;
-    # date_source says which ("exif" | "file time", engine.catalog.dates).
+    # The date shown, sorted and filtered by: the EXIF date, else the XMP date, else the file's mtime;
+    # date_source says which ("exif" | "xmp" | "file time", engine.catalog.dates).
     date: str | None = None
     date_source: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -6,7 +6,8 @@ and at 1024x640, for docs/screenshots/:
 A temporary LONGLENS_HOME gets the SceneWorld demo pictures (the first 24) with the hand-written
 Lightroom, darktable and digiKam sidecars of tests/data/xmp beside three of them, indexed with the
 bundled sceneworld-mini; then the search view filtered by a keyword and the inspector of a picture
-with its XMP are captured. Needs Xvfb (`apt-get install xvfb`).
+with its XMP, Review of the captions already in the catalogue and the XMP export dialog's dry run
+are captured. Needs Xvfb (`apt-get install xvfb`).
 """
 
 from __future__ import annotations
@@ -121,6 +122,36 @@ def run(out: Path, home: Path) -> int:
     until(lambda: not insp.metadata_job.running, 30, "metadata")
     until(lambda: insp.ground_job is None or not insp.ground_job.running, 60, "grounding")
     shots("xmp-inspector")
+
+    # Review of the captions already in the catalogue (the sidecars' descriptions), a verdict on
+    # each, and the XMP export dialog showing its dry run (nothing is written).
+    review = win.review_view
+    win.tabs.setCurrentWidget(review)
+    review.open_catalog_captions()
+    until(lambda: review.session is not None and review.item is not None, 60, "catalogue captions")
+    for i in range(len(review.session)):
+        review.go_to(i)
+        until(lambda i=i: review.item is not None and review.item.index == i, 30, "review item")
+        review.set_verdict("faithful" if i else "unsure")
+    review.go_to(0)
+    until(lambda: review.item is not None and review.item.index == 0, 30, "first review item")
+    until(lambda: review.hub.serial.activeThreadCount() == 0 and not review.canvas.image().isNull(), 60,
+          "review saved and shown")
+    pump(1.0)  # the grounding tints
+    shots("xmp-review-catalogue")
+    review.xmp_export_dialog()
+    until(lambda: review.xmp_dialog is not None, 30, "xmp export dialog")
+    dlg = review.xmp_dialog
+    dlg.set_convention("darktable")
+    dlg.keywords_edit.setText("Longlens|checked")
+    job = dlg.preview()
+    until(lambda: not job.running, 60, "dry run")
+    pump(0.6)
+    pix = dlg.grab()  # the dialog itself (window-modal over the main window)
+    path = out / "xmp-export-dialog.png"
+    pix.save(str(path))
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} ({pix.width()}x{pix.height()})")
+    dlg.close()
     win.close()
     backend.close()
     return 0

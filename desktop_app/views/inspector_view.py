@@ -117,11 +117,19 @@ class PhraseDelegate(QStyledItemDelegate):
         painter.restore()
 
 
+# Why an overlay of a library's picture is saved beside the library and not next to the picture:
+# the app never writes into photo folders (docs/reliability.md, row 7; engine/outputs.py), and a
+# PNG there would be indexed at the next re-scan as a new picture, a near-duplicate of the photo.
+OUTSIDE_LIBRARY_NOTE = ("The overlay is saved beside the library folder, not in it: Longlens writes nothing "
+                        "into photo folders, and a PNG there would be indexed as a new picture at the next re-scan.")
+
+
 class InspectorView(QWidget):
     find_similar = Signal(object)  # image path
     back_requested = Signal()  # Esc / Backspace: back to the results
     step_requested = Signal(int)  # +1 next result, -1 previous (J / K, Alt+Right / Alt+Left)
     exported = Signal(str)  # the overlay was saved there (the main window confirms it)
+    status_message = Signal(str)  # a note for the status bar (why the save dialog opens where it does)
 
     def __init__(self, backend: Backend, hub: WorkerHub, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -352,7 +360,7 @@ class InspectorView(QWidget):
         if score is not None:
             bits.append(f"score {score:.4f} · rank {rank}")
         if date:
-            bits.append(date)  # "taken …" or "file time … (no EXIF date)" (facade.date_text)
+            bits.append(date)  # "taken …" or "file time … (no EXIF or XMP date)" (facade.date_text)
         if camera:
             bits.append(camera)
         self.details.setText("\n".join(bits))
@@ -522,13 +530,16 @@ class InspectorView(QWidget):
         if not self.canvas.has_overlay():
             messages.show_error(self, "Nothing to export", "Select a phrase first: there is no overlay to export.")
             return
-        dest = messages.choose_save_file(self, "Export overlay", "PNG image (*.png)", self.export_suggestion())
+        suggested = self.export_suggestion()
+        if self.path and os.path.dirname(suggested) != os.path.dirname(os.path.realpath(self.path)):
+            self.status_message.emit(OUTSIDE_LIBRARY_NOTE)
+        dest = messages.choose_save_file(self, "Export overlay", "PNG image (*.png)", suggested)
         if dest:
             self.export_overlay(dest)
 
     def export_suggestion(self) -> str:
         """The path the save dialog proposes: next to the picture (next to its photo folder when
-        it is in a library, where Longlens never writes), named after it and the phrase."""
+        it is in a library, where Longlens never writes: OUTSIDE_LIBRARY_NOTE), named after it."""
         stem = os.path.splitext(os.path.basename(self.path or "overlay"))[0]
         folder = self.backend.export_folder_for(self.path) if self.path else os.path.expanduser("~")
         return os.path.join(folder, f"{stem}-overlay.png")

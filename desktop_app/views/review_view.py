@@ -15,13 +15,14 @@ import os
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QFontMetrics, QImage, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QFontMetrics, QImage, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QButtonGroup,
     QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMenu,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -34,7 +35,8 @@ from PySide6.QtWidgets import (
 from desktop_app import theme
 from desktop_app.background import Job, WorkerHub
 from desktop_app.dialogs import messages
-from desktop_app.facade import Backend
+from desktop_app.dialogs.xmp_export_dialog import XmpExportDialog
+from desktop_app.facade import Backend, display_text
 from desktop_app.widgets import overlay
 from desktop_app.widgets.image_canvas import ImageCanvas
 
@@ -197,11 +199,25 @@ class ReviewView(QWidget):
         self.current_row = 0
         self._seq = 0
         self.last_job: Job | None = None
+        self.xmp_dialog: XmpExportDialog | None = None
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
 
         # -- top bar -------------------------------------------------------------------------------
-        self.open_button = QPushButton("Open caption file…")
-        self.open_button.clicked.connect(self.open_dialog)
+        # Two menus rather than four buttons: the top bar must fit a 1024 px window with a file open.
+        self.open_file_action = QAction("Caption file…", self)
+        self.open_file_action.triggered.connect(self.open_dialog)
+        self.catalog_action = QAction("Use the captions already in the catalogue", self)
+        self.catalog_action.setToolTip("Review each indexed picture's XMP description (else its title), as "
+                                       "Lightroom, darktable or digiKam wrote it; the same captions as "
+                                       "longlens check --from-catalog")
+        self.catalog_action.triggered.connect(self.open_catalog_captions)
+        open_menu = QMenu(self)
+        open_menu.setToolTipsVisible(True)
+        open_menu.addAction(self.open_file_action)
+        open_menu.addAction(self.catalog_action)
+        self.open_button = QPushButton("Open…")
+        self.open_button.setObjectName("review-open")
+        self.open_button.setMenu(open_menu)
         self.file_label = QLabel("No caption file open. A caption file is JSON Lines or CSV with "
                                  "an image and a caption per line.")
         self.file_label.setWordWrap(True)
@@ -216,8 +232,19 @@ class ReviewView(QWidget):
         self.progress.setMaximumWidth(220)
         self.progress.setRange(0, 0)
         self.progress.setVisible(False)  # no count to show until a file is open
+        self.export_file_action = QAction("Verdicts to a file (JSON Lines or CSV)…", self)
+        self.export_file_action.triggered.connect(self.export_dialog)
+        self.export_xmp_action = QAction("Export to XMP sidecars…", self)
+        self.export_xmp_action.setToolTip("Write the verdicts and notes into the pictures' XMP sidecars (you see "
+                                          "the list of changes first)")
+        self.export_xmp_action.triggered.connect(self.xmp_export_dialog)
+        export_menu = QMenu(self)
+        export_menu.setToolTipsVisible(True)
+        export_menu.addAction(self.export_file_action)
+        export_menu.addAction(self.export_xmp_action)
         self.export_button = QPushButton("Export…")
-        self.export_button.clicked.connect(self.export_dialog)
+        self.export_button.setObjectName("review-export")
+        self.export_button.setMenu(export_menu)
         self.full_button = QPushButton("Full screen (F)")
         self.full_button.clicked.connect(self.toggle_full_screen)
         top = QHBoxLayout()
@@ -317,6 +344,8 @@ class ReviewView(QWidget):
 
     def _set_enabled(self, on: bool) -> None:
         self.export_button.setEnabled(on)
+        self.export_file_action.setEnabled(on)
+        self.export_xmp_action.setEnabled(on)
         for sc in self._shortcuts:
             sc.setEnabled(on or sc.key().toString() in ("F", "Esc"))
 
@@ -326,18 +355,35 @@ class ReviewView(QWidget):
         if path:
             self.open_file(path)
 
-    def open_file(self, path: str) -> Job:
+    def open_file(self, path: str, *, from_catalog: bool = False) -> Job:
         self.file_label.setText(f"Opening {os.path.basename(path)}…")
-        job = self.hub.call(self.backend.open_review, path, on_result=self._opened,
+        job = self.hub.call(self.backend.open_review, path, on_result=lambda s: self._opened(s, from_catalog),
                             on_error=lambda m: self._open_failed(path, m), serial=True)
         self.last_job = job
         return job
+
+    def open_catalog_captions(self) -> Job:
+        """Review the captions already in the catalogue: the engine writes them (each picture's XMP
+        description, else title) as a caption file in Longlens' data folder, after the same checks
+        as `longlens check --from-catalog`, and it opens like any caption file (resumed next time)."""
+        previous = self.file_label.text()
+        self.file_label.setText("Reading the captions in the catalogue…")
+        job = self.hub.call(self.backend.catalog_caption_file, serial=True,
+                            on_result=lambda path: self.open_file(path, from_catalog=True),
+                            on_error=lambda m: self._catalog_failed(previous, m))
+        self.last_job = job
+        return job
+
+    def _catalog_failed(self, previous: str, message: str) -> None:
+        # Nothing to review (or a catalogue problem): whatever was open stays open, with the reason.
+        self.file_label.setText(previous)
+        messages.show_error(self, "No captions in the catalogue", message)
 
     def _open_failed(self, path: str, message: str) -> None:
         self.file_label.setText(f"Could not open {os.path.basename(path)}.")
         messages.show_error(self, "Cannot review this file", message)
 
-    def _opened(self, session: Any) -> None:
+    def _opened(self, session: Any, from_catalog: bool = False) -> None:
         self.session = session
         self._set_enabled(True)
         self.progress.setVisible(True)
@@ -345,7 +391,13 @@ class ReviewView(QWidget):
         how = "resumed where you stopped" if session.resumed else "new review"
         if session.changes is not None:
             how += f" · since the last version: {session.changes}"
-        self.file_label.setText(f"<b>{html.escape(name)}</b> · {len(session)} items · {how}")
+        shown = "The catalogue's captions" if from_catalog else html.escape(name)
+        self.file_label.setText(f"<b>{shown}</b> · {len(session)} items · {how}")
+        if from_catalog:
+            self.file_label.setToolTip("Each indexed picture's XMP description, else its title; kept in "
+                                       + display_text(session.caption_file))
+        else:
+            self.file_label.setToolTip("")
         self.progress.setRange(0, len(session))
         if session.problems:
             # Shown in place (with the full list a click away), not in a modal box: the
@@ -605,6 +657,26 @@ class ReviewView(QWidget):
                                          f"{stem}-verdicts.jsonl")
         if dest:
             self.export(dest)
+
+    def xmp_export_dialog(self) -> Job | None:
+        """Export to XMP sidecars: the dialog opens once every verdict and note already given has
+        been saved (they go through the same ordered thread), so the export sees all of them."""
+        if self.session is None:
+            return None
+        self._commit_note()
+        session = self.session
+        job = self.hub.call(lambda: None, serial=True, on_result=lambda _r: self._open_xmp_dialog(session))
+        self.last_job = job
+        return job
+
+    def _open_xmp_dialog(self, session: Any) -> None:
+        if session is not self.session:
+            return  # another file was opened meanwhile
+        dlg = XmpExportDialog(self.backend, self.hub, session.caption_file, self)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+        dlg.destroyed.connect(lambda _o=None: setattr(self, "xmp_dialog", None))
+        self.xmp_dialog = dlg
+        dlg.open()
 
     def export(self, dest: str) -> Job | None:
         if self.session is None:

@@ -264,8 +264,16 @@ class SearchView(QWidget):
         # What XMP says (Lightroom, darktable, digiKam): keyword, rating, colour label.
         self.keyword_edit = QLineEdit()
         self.keyword_edit.setObjectName("keyword-filter")
-        self.keyword_edit.setPlaceholderText("Keyword, e.g. Places|Norway (also finds Places|Norway|Oslo)")
+        # Short, so it is read whole in a 1024 px window (the label beside it says "Keyword"); the
+        # tooltip says how a path matches.
+        self.keyword_edit.setPlaceholderText("e.g. Places|Norway or harbour")
+        self.keyword_edit.setToolTip("An XMP keyword (as Lightroom, darktable or digiKam wrote it). A path like "
+                                     "Places|Norway also finds the keywords under it (Places|Norway|Oslo); "
+                                     "case is ignored")
         self.keyword_edit.setClearButtonEnabled(True)
+        # Never narrower than its placeholder beside the clear button.
+        self.keyword_edit.setMinimumWidth(self.keyword_edit.fontMetrics().horizontalAdvance(
+            self.keyword_edit.placeholderText()) + self.keyword_edit.fontMetrics().height() + 28)
         self.keyword_edit.returnPressed.connect(self.search)
         self.rating_box = QComboBox()
         self.rating_box.setObjectName("rating-filter")

@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
 
 from engine.catalog import paths as dbpaths
-from engine.catalog.dates import picture_date_sql
+from engine.catalog.dates import picture_date_sql, xmp_date_sql
 from engine.catalog.db import (
     SCHEMA_VERSION,
     CatalogConflictError,
@@ -72,7 +72,7 @@ MISSING_FIELD_RULES: dict[str, str] = {
     "keyword": LEFT_OUT,
 }
 _LACKING = {
-    "date": lambda: images.c.exif_date.is_(None),
+    "date": lambda: and_(images.c.exif_date.is_(None), xmp_date_sql().is_(None)),
     "camera": lambda: and_(func.coalesce(images.c.camera_make, "") == "",
                            func.coalesce(images.c.camera_model, "") == ""),
     "rating": lambda: images.c.id.not_in(select(image_metadata.c.image_id).where(image_metadata.c.rating.is_not(None))),
@@ -286,6 +286,20 @@ class Catalog:
                 chunk = ids[chunk_start : chunk_start + 900]
                 for r in conn.execute(select(images).where(images.c.id.in_(chunk))):
                     out[r.id] = _row_to_record(r)
+        return out
+
+    def xmp_dates(self, ids: Iterable[int]) -> dict[int, str]:
+        """{image id: the date its XMP gives, as stored} for those of these pictures that have one
+        (engine.catalog.dates.picture_date takes it after the EXIF date)."""
+        ids = [int(i) for i in ids]
+        out: dict[int, str] = {}
+        with self.read() as conn:
+            for chunk_start in range(0, len(ids), 900):
+                chunk = ids[chunk_start : chunk_start + 900]
+                q = select(image_metadata.c.image_id, image_metadata.c.taken_at).where(
+                    image_metadata.c.image_id.in_(chunk), image_metadata.c.taken_at.is_not(None),
+                    image_metadata.c.taken_at != "")
+                out.update({int(i): str(t) for i, t in conn.execute(q)})
         return out
 
     def embedded_ids(self, library_id: int, model_id: str) -> set[int]:
@@ -503,7 +517,7 @@ class Catalog:
                     or_(images.c.rel_path == rel_db, images.c.rel_path.startswith(rel_db + "/", autoescape=True))
                 ]
         if flt.after or flt.before:
-            date = picture_date_sql()  # the EXIF date, else the file time: no picture lacks one
+            date = picture_date_sql()  # the EXIF date, else the XMP date, else the file time: none lacks one
             parts["date"] = ([date >= flt.after] if flt.after else []) + ([date < flt.before] if flt.before else [])
         parts.update(_metadata_parts(flt))
         if flt.camera:

@@ -1,11 +1,19 @@
-"""A picture's date: the EXIF capture date, else the file's modification time, marked as such.
+"""A picture's date: the EXIF capture date, else the date its XMP gives (as the index stored
+it in image_metadata.taken_at: exif:DateTimeOriginal, photoshop:DateCreated or xmp:CreateDate of
+a sidecar or an embedded packet), else the file's modification time, marked as such.
 
-Why computed here and not stored: the catalog already keeps every file's mtime (mtime_ns), so
-the fallback needs no new column and no migration; the date filter (SQL, `picture_date_sql`)
-and every display (`picture_date`) compute it the same way, in the machine's local time (EXIF
-dates are the camera's local time too). A picture therefore always has a date, and the date
+Why this order: the EXIF date is the camera's own record; an XMP date is what the user's photo
+tool says (often the same date, or one set by hand for a scan, which has no EXIF date); the file
+time is only when the file was last written. Why computed here and not stored: the catalog already
+keeps every file's mtime (mtime_ns) and the XMP date, so the fallback needs no new column and no
+migration; the date filter (SQL, `picture_date_sql`) and every display (`picture_date`) compute
+it the same way, in the machine's local time (EXIF dates are the camera's local time too, and the
+XMP reader turns dates into local time). A picture therefore always has a date, and the date
 filter never drops a picture for lacking one: it is dated by its file time instead, and every
 place that shows the date says which one it is (`source`).
+
+An XMP date known only to the day, month or year (2023-06-14, 2023-06, 2023) is dated at the
+start of that period (2023-06-01T00:00:00), in the filter and in the display alike.
 """
 
 from __future__ import annotations
@@ -13,13 +21,14 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, func
+from sqlalchemy import ColumnElement, func, select
 
-from engine.catalog.schema import images
+from engine.catalog.schema import image_metadata, images
 
 DATE_FROM_EXIF = "exif"
+DATE_FROM_XMP = "xmp"
 DATE_FROM_FILE_TIME = "file time"
-DATE_SOURCES = (DATE_FROM_EXIF, DATE_FROM_FILE_TIME)
+DATE_SOURCES = (DATE_FROM_EXIF, DATE_FROM_XMP, DATE_FROM_FILE_TIME)
 
 _ISO = "%Y-%m-%dT%H:%M:%S"
 _NS = 1_000_000_000
@@ -28,7 +37,7 @@ _NS = 1_000_000_000
 @dataclass(frozen=True)
 class PictureDate:
     date: str  # ISO 8601 local time, 'YYYY-MM-DDTHH:MM:SS'
-    source: str  # DATE_FROM_EXIF | DATE_FROM_FILE_TIME
+    source: str  # DATE_FROM_EXIF | DATE_FROM_XMP | DATE_FROM_FILE_TIME
 
 
 def _whole_seconds(mtime_ns: int) -> int:
@@ -43,25 +52,48 @@ def file_time_date(mtime_ns: int) -> str:
     return dt.datetime.fromtimestamp(_whole_seconds(mtime_ns)).strftime(_ISO)
 
 
-def picture_date(exif_date: str | None, mtime_ns: int) -> PictureDate:
-    """The date a picture is shown, sorted and filtered by."""
+# What completes a partial XMP date ("2023-06") to a whole one: its tail from the date's length on.
+_START_OF_PERIOD = "0000-01-01T00:00:00"
+
+
+def whole_xmp_date(taken_at: str) -> str:
+    """An XMP date as stored (engine.metadata.xmp.parse_xmp_date: 2023-06-14T10:22:31, or only
+    2023-06-14 / 2023-06 / 2023) as a whole date-time, the start of the period it names."""
+    return taken_at + _START_OF_PERIOD[len(taken_at):]
+
+
+def picture_date(exif_date: str | None, mtime_ns: int, xmp_date: str | None = None) -> PictureDate:
+    """The date a picture is shown, sorted and filtered by: EXIF, else XMP, else the file time."""
     if exif_date:
         return PictureDate(exif_date, DATE_FROM_EXIF)
+    if xmp_date:
+        return PictureDate(whole_xmp_date(xmp_date), DATE_FROM_XMP)
     return PictureDate(file_time_date(mtime_ns), DATE_FROM_FILE_TIME)
+
+
+def xmp_date_sql() -> ColumnElement[str]:
+    """The picture's stored XMP date (NULL when none), over the images table."""
+    return (select(image_metadata.c.taken_at)
+            .where(image_metadata.c.image_id == images.c.id, image_metadata.c.taken_at != "")
+            .scalar_subquery())
 
 
 def picture_date_sql() -> ColumnElement[str]:
     """`picture_date(...).date` as an SQL expression over the images table."""
+    xmp = xmp_date_sql()
+    whole_xmp = xmp.op("||")(func.substr(_START_OF_PERIOD, func.length(xmp) + 1))
     file_time = func.strftime(_ISO, images.c.mtime_ns.op("/")(_NS), "unixepoch", "localtime")
-    return func.coalesce(images.c.exif_date, file_time)
+    return func.coalesce(images.c.exif_date, whole_xmp, file_time)
 
 
 def describe_date(date: str | None, source: str | None) -> str:
-    """A date as a person reads it, saying where it came from: 'taken 2024-05-31 10:00:00' or
-    'file time 2025-01-02 08:00:00 (no EXIF date)'."""
+    """A date as a person reads it, saying where it came from: 'taken 2024-05-31 10:00:00',
+    'taken 2023-06-14 10:22:31 (XMP date)' or 'file time 2025-01-02 08:00:00 (no EXIF or XMP date)'."""
     if not date:
         return "no date"
     text = date.replace("T", " ")
     if source == DATE_FROM_FILE_TIME:
-        return f"file time {text} (no EXIF date)"
+        return f"file time {text} (no EXIF or XMP date)"
+    if source == DATE_FROM_XMP:
+        return f"taken {text} (XMP date)"
     return f"taken {text}"

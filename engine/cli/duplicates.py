@@ -58,7 +58,7 @@ def cmd_duplicates(args: argparse.Namespace) -> int:
                     mark = "*" if f.date_source == "file time" else " "
                     print(f"    {human_size(f.size):>10}  {f.date[:16].replace('T', ' ')}{mark}  {f.path}")
             if any(f.date_source == "file time" for g in report.groups for f in g.files):
-                print("* no EXIF date: the date shown is the file's modification time")
+                print("* no EXIF or XMP date: the date shown is the file's modification time")
             for u in report.unreadable:
                 print(f"  unreadable (no perceptual hash): {u['path']}: {u['reason']}")
             for note in report.notes:

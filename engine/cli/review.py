@@ -108,13 +108,10 @@ def _items(args: argparse.Namespace) -> list[tuple[int, dict[str, Any] | None, s
     if args.file is not None:
         return list(read_items(args.file))
     from engine.cli import common
-    from engine.metadata.captions import catalog_captions
+    from engine.metadata.captions import require_catalog_captions
 
     with common.services(args) as svc:
-        captions = catalog_captions(svc.catalog, args.library)
-    if not captions:
-        raise LonglensError("no indexed picture has an XMP description or title yet; index the folders whose "
-                            "sidecars hold them")
+        captions = require_catalog_captions(svc.catalog, args.library)  # the app's Review checks the same
     return [(n, {"image": str(c.image), "caption": c.caption, "caption_source": c.field}, None)
             for n, c in enumerate(captions, 1)]
 

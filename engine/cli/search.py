@@ -82,12 +82,12 @@ def cmd_search(args: argparse.Namespace) -> int:
             both = f"  itm {rr:6.4f} (ann #{h.extra['ann_rank']})" if rr is not None else ""
             print(f"{h.rank:4}  {h.score:8.4f}{both}  {_date_column(h)}  {h.path}")
         if any(h.date_source == DATE_FROM_FILE_TIME for h in result.hits):
-            print("* no EXIF date: the date shown is the file's modification time")
+            print("* no EXIF or XMP date: the date shown is the file's modification time")
         return 0
 
 
 def _date_column(hit: Any) -> str:
-    """The picture's date to the minute, '*' marking a file time (no EXIF date)."""
+    """The picture's date to the minute, '*' marking a file time (no EXIF or XMP date)."""
     if not hit.date:
         return " " * 17
     mark = "*" if hit.date_source == DATE_FROM_FILE_TIME else " "
@@ -108,13 +108,13 @@ def register(sub: Any) -> None:
     ss.add_argument("--image", help="search with an image instead of text")
     ss.add_argument("--folder", help="only images under this folder")
     ss.add_argument("--after", help="only images taken on or after this date (YYYY-MM-DD); a picture without an "
-                    "EXIF date is dated by its file's modification time")
+                    "EXIF date is dated by its XMP date, else by its file's modification time")
     ss.add_argument("--before", help="only images taken before this date (YYYY-MM-DD), dated as for --after")
     ss.add_argument("--camera", help="only images whose camera make/model contains this text (pictures that "
                     "record no camera are left out)")
     ss.add_argument("--sort", type=options.RESULT_ORDER, default="relevance", metavar="{relevance,date-new,date-old}",
                     help="order of the results: by relevance (default), or the same results by date, newest or "
-                         "oldest first (the EXIF date, else the file's modification time, marked *)")
+                         "oldest first (the EXIF date, else the XMP date, else the file's modification time, marked *)")
     ss.add_argument("--cutoff", type=options.RELEVANCE_CUTOFF, metavar="DELTA",
                     help="show only the results whose score is within DELTA of the best result's score (e.g. "
                          "0.05), so the list ends where the scores fall off; prints where it cut")

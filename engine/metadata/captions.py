@@ -15,6 +15,17 @@ from engine.catalog import Catalog
 from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text
 
+# Where the app keeps the caption file it makes from the catalogue (under the home's data folder):
+# one fixed name, so reopening it resumes the review, and a re-made file after a re-index keeps
+# the verdicts of the captions that did not change (engine.review marks new and changed ones).
+CATALOG_CAPTION_FILE = Path("review") / "catalogue-captions.jsonl"
+NO_CATALOG_CAPTIONS = ("no indexed picture has an XMP description or title yet; index the folders whose "
+                       "sidecars hold them")
+
+
+class NoCatalogCaptionsError(LonglensError):
+    """The catalogue holds no caption to check or review."""
+
 
 @dataclass(frozen=True)
 class CatalogCaption:
@@ -46,13 +57,28 @@ def catalog_captions(catalog: Catalog, library_roots: Sequence[Path | str] = ())
     return out
 
 
+def require_catalog_captions(catalog: Catalog, library_roots: Sequence[Path | str] = ()) -> list[CatalogCaption]:
+    """catalog_captions, refused with NoCatalogCaptionsError when there are none: what
+    `longlens check --from-catalog` and the app's Review check before they start."""
+    captions = catalog_captions(catalog, library_roots)
+    if not captions:
+        raise NoCatalogCaptionsError(NO_CATALOG_CAPTIONS)
+    return captions
+
+
 def write_catalog_caption_file(captions: Sequence[CatalogCaption], dest: Path) -> Path:
     """The captions as a JSONL caption file (image, caption, caption_source), written atomically,
-    for Review to open. Raises LonglensError when there is nothing to write."""
+    for Review to open. Raises NoCatalogCaptionsError when there is nothing to write."""
     if not captions:
-        raise LonglensError("no picture in the catalog has an XMP description or title yet "
-                            "(index the folders whose sidecars hold them)")
+        raise NoCatalogCaptionsError(NO_CATALOG_CAPTIONS)
     atomic_write_text(dest, "".join(json.dumps({"image": str(c.image), "caption": c.caption,
                                                 "caption_source": c.field}, ensure_ascii=False) + "\n"
                                     for c in captions))
     return dest
+
+
+def catalog_caption_file(catalog: Catalog, data_folder: Path, library_roots: Sequence[Path | str] = ()) -> Path:
+    """The catalogue's captions written as the Review caption file in the home (data_folder /
+    CATALOG_CAPTION_FILE), after the same checks as `longlens check --from-catalog`."""
+    return write_catalog_caption_file(require_catalog_captions(catalog, library_roots),
+                                      Path(data_folder) / CATALOG_CAPTION_FILE)

@@ -55,7 +55,7 @@ def _check_arrangement(order: str, cutoff: float | None) -> None:
         RELEVANCE_CUTOFF.check(cutoff)
 
 
-_FIELD_WORDS = {"date": ("date filter", "no EXIF date"), "camera": ("camera filter", "no camera recorded"),
+_FIELD_WORDS = {"date": ("date filter", "no EXIF or XMP date"), "camera": ("camera filter", "no camera recorded"),
                 "rating": ("rating filter", "no rating"), "label": ("label filter", "no colour label"),
                 "keyword": ("keyword filter", "no keywords")}
 
@@ -202,6 +202,7 @@ class Searcher:
         candidates.sort(key=lambda c: (-c[0], c[1]))
         candidates = candidates[:top_k]
         records = self.catalog.images_by_id([c[1] for c in candidates])
+        xmp_dates = self.catalog.xmp_dates(i for i, rec in records.items() if not rec.exif_date)
         roots = {lib.id: lib.root for lib in self.catalog.libraries()}
         hits = []
         for score, image_id, lib_id in candidates:
@@ -209,7 +210,7 @@ class Searcher:
             if rec is None:
                 continue  # deleted between the ANN query and now
             camera = " ".join(x for x in (rec.camera_make, rec.camera_model) if x) or None
-            when = picture_date(rec.exif_date, rec.mtime_ns)
+            when = picture_date(rec.exif_date, rec.mtime_ns, xmp_dates.get(image_id))
             hits.append(
                 SearchHit(
                     rank=len(hits) + 1,

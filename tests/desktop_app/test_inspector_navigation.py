@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
+from desktop_app.views.inspector_view import OUTSIDE_LIBRARY_NOTE
 from tests.desktop_app.conftest import WAIT_MS, index_folder, settle
 from tests.desktop_app.fakes import ChunkerGrounder
 
@@ -205,11 +206,15 @@ def test_the_save_dialog_opens_next_to_the_picture(qtbot, results, photos, tmp_p
     insp = _open(qtbot, results)
     asked = []
     monkeypatch.setattr(messages, "choose_save_file", lambda _p, _t, _f, suggested: asked.append(suggested))
+    notes = []
+    insp.status_message.connect(notes.append)
     insp.export_dialog()
     stem = insp.path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     # The picture is in the indexed library (Longlens never writes there): the dialog opens in
-    # the folder that holds the photo folder, not in the working folder.
+    # the folder that holds the photo folder, not in the working folder, and the status bar says why.
     assert asked == [str(photos.resolve().parent / f"{stem}-overlay.png")]
+    assert notes == [OUTSIDE_LIBRARY_NOTE]
+    assert results.statusBar().currentMessage() == OUTSIDE_LIBRARY_NOTE
     # A picture outside every library: right next to it.
     loose = tmp_path / "elsewhere" / "loose.png"
     loose.parent.mkdir()
@@ -218,5 +223,6 @@ def test_the_save_dialog_opens_next_to_the_picture(qtbot, results, photos, tmp_p
     _settled(qtbot, insp)
     insp.export_dialog()
     assert asked[-1] == str(loose.parent.resolve() / "loose-overlay.png")
+    assert notes == [OUTSIDE_LIBRARY_NOTE]  # nothing to explain there
     # What it proposes is a path the export accepts.
     assert insp.export_overlay(asked[0]) and (photos.resolve().parent / f"{stem}-overlay.png").is_file()

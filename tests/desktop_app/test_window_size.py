@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QStyle, QStyleOptionFrame, QToolButton
 
 from desktop_app import theme
 from tests.desktop_app.conftest import WAIT_MS, index_folder, settle
@@ -56,6 +56,25 @@ def test_search_view_at_1024(qtbot, small):
     assert text.isVisible() and text.height() >= text.heightForWidth(text.width()) > text.fontMetrics().height()
     assert view.welcome_add.isVisible() and view.welcome_demo.isVisible()
     assert view.welcome.rect().contains(view.welcome_demo.geometry().bottomRight())
+
+
+def placeholder_room(edit) -> tuple[int, int]:
+    """(the placeholder's width, the room for text in the field beside its clear button)."""
+    opt = QStyleOptionFrame()
+    edit.initStyleOption(opt)
+    contents = edit.style().subElementRect(QStyle.SubElement.SE_LineEditContents, opt, edit)
+    clear = sum(b.width() for b in edit.findChildren(QToolButton))  # reserved even while the field is empty
+    return edit.fontMetrics().horizontalAdvance(edit.placeholderText()), contents.width() - clear - 2 * 2
+
+
+def test_the_filter_placeholders_are_not_clipped_at_1024(qtbot, small):
+    view = small.search_view
+    for edit in (view.keyword_edit, view.camera_edit):
+        assert edit.isVisible() and edit.placeholderText()
+        needed, room = placeholder_room(edit)
+        assert needed <= room, (edit.objectName(), edit.placeholderText(), needed, room)
+    # What the short placeholder leaves out is in the tooltip.
+    assert "Places|Norway|Oslo" in view.keyword_edit.toolTip()
 
 
 def test_inspector_lists_more_than_two_phrases_at_1024(qtbot, small, photos):

@@ -15,6 +15,7 @@ from engine.catalog.catalog import MISSING_FIELD_RULES
 from engine.catalog.dates import (
     DATE_FROM_EXIF,
     DATE_FROM_FILE_TIME,
+    DATE_FROM_XMP,
     describe_date,
     file_time_date,
     picture_date,
@@ -25,7 +26,7 @@ from engine.cli import search as cli_search
 from engine.options import RELEVANCE_CUTOFF, RESULT_ORDER, OptionError
 from engine.search.ordering import apply_cutoff, arrange, order_hits
 from engine.search.searcher import gap_notes
-from engine.types import STATUS_OK, SearchHit, SearchResult
+from engine.types import STATUS_OK, PhotoMetadata, SearchHit, SearchResult
 
 
 def _ns(y, m, d, hh=12, mm=0, ss=0, frac_ns=0) -> int:
@@ -44,7 +45,7 @@ def test_picture_date_is_exif_else_file_time_marked():
     assert (exif.date, exif.source) == ("2019-06-01T10:00:00", DATE_FROM_EXIF)
     got = picture_date(None, _ns(2022, 3, 4, 5, 6, 7, 999_999_999))
     assert got.date == "2022-03-04T05:06:07" and got.source == DATE_FROM_FILE_TIME
-    assert describe_date(got.date, got.source) == "file time 2022-03-04 05:06:07 (no EXIF date)"
+    assert describe_date(got.date, got.source) == "file time 2022-03-04 05:06:07 (no EXIF or XMP date)"
     assert describe_date("2019-06-01T10:00:00", DATE_FROM_EXIF) == "taken 2019-06-01 10:00:00"
     assert cli_search.DATE_FROM_FILE_TIME == DATE_FROM_FILE_TIME
 
@@ -58,6 +59,38 @@ def test_the_sql_date_and_the_python_date_agree_to_the_second(tmp_path, mtime_ns
         with cat.read() as conn:
             sql = conn.execute(select(picture_date_sql()).select_from(images)).scalar()
     assert sql == file_time_date(mtime_ns)
+
+
+@pytest.mark.parametrize(("taken_at", "whole"), [
+    ("1994-08-12T16:05:09", "1994-08-12T16:05:09"), ("1994-08-12", "1994-08-12T00:00:00"),
+    ("1994-08", "1994-08-01T00:00:00"), ("1994", "1994-01-01T00:00:00")])
+def test_an_xmp_date_comes_after_exif_and_before_the_file_time_in_sql_and_python(tmp_path, taken_at, whole):
+    file_time = _ns(2024, 2, 2)
+    with Catalog(tmp_path / "c.sqlite3") as cat:
+        lib = cat.add_library(tmp_path)
+        scan, camera, plain = cat.write_batch("m", [
+            _write(lib.id, "scan.jpg", mtime_ns=file_time),
+            _write(lib.id, "camera.jpg", exif_date="2020-07-15T09:30:00", mtime_ns=file_time),
+            _write(lib.id, "plain.jpg", mtime_ns=file_time)])
+        cat.write_metadata([(scan, PhotoMetadata(taken_at=taken_at, state="s")),
+                            (camera, PhotoMetadata(taken_at="2011-01-01T00:00:00", state="s")),
+                            (plain, PhotoMetadata(title="no date", state="s"))])
+        with cat.read() as conn:
+            sql = dict(conn.execute(select(images.c.id, picture_date_sql()).select_from(images)).all())
+        xmp = cat.xmp_dates([scan, camera, plain])
+        assert xmp == {scan: taken_at, camera: "2011-01-01T00:00:00"}
+        # EXIF, then XMP, then the file time, the same in the filter's SQL and in every display.
+        got = {i: picture_date(r.exif_date, r.mtime_ns, xmp.get(i)) for i, r in cat.images_by_id(sql).items()}
+        assert (got[scan].date, got[scan].source) == (whole, DATE_FROM_XMP) and sql[scan] == whole
+        assert (got[camera].date, got[camera].source) == ("2020-07-15T09:30:00", DATE_FROM_EXIF)
+        assert sql[camera] == got[camera].date
+        assert got[plain].source == DATE_FROM_FILE_TIME and sql[plain] == file_time_date(file_time)
+        # The scan is filtered by its XMP date (its file time, 2024, would put it elsewhere), and the
+        # date filter's note counts only the picture dated by its file time.
+        assert cat.filtered_ids(lib.id, ImageFilter(after="1994-01-01", before="1995-01-01")) == {scan}
+        assert cat.filter_gaps(lib.id, ImageFilter(after="1994-01-01", before="1995-01-01")) == {"date": 0}
+        assert cat.filter_gaps(lib.id, ImageFilter(after="2024-01-01")) == {"date": 1}
+    assert describe_date(whole, DATE_FROM_XMP) == f"taken {whole.replace('T', ' ')} (XMP date)"
 
 
 def test_date_filters_keep_undated_pictures_by_their_file_time_and_say_so(tmp_path):
@@ -86,7 +119,7 @@ def test_date_filters_keep_undated_pictures_by_their_file_time_and_say_so(tmp_pa
         assert cat.filter_gaps(lib.id, ImageFilter(folder=str(tmp_path))) == {}
     assert set(MISSING_FIELD_RULES) == {"date", "camera", "rating", "label", "keyword"}
     assert gap_notes({"date": 1, "camera": 3}) == [
-        "date filter: 1 picture with no EXIF date dated by the file's modification time instead",
+        "date filter: 1 picture with no EXIF or XMP date dated by the file's modification time instead",
         "camera filter: 3 pictures with no camera recorded left out",
     ]
     assert gap_notes({"camera": 0}) == []

@@ -1,7 +1,8 @@
 """Checklist 7 / issue point 3, GUI half: the desktop app's flows, headless (offscreen Qt), on a
 read-only photo tree: add and index a folder, search by text and by image, thumbnails, the
 inspector (picture, grounding, overlay export), find similar, review (open a caption file kept in
-the tree, verdicts, export), re-scan, show unreadable, remove. Afterwards the tree must be
+the tree, verdicts, export; the captions already in the catalogue; an XMP export, refused), re-scan,
+show unreadable, remove. Afterwards the tree must be
 byte-for-byte, mtime-for-mtime the same, with nothing created inside it."""
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import pytest
 
 pytest.importorskip("PySide6")
 
-from PySide6.QtCore import Qt  # noqa: E402
 
 from desktop_app.dialogs import messages  # noqa: E402
 from desktop_app.views.results_model import ThumbnailStateRole  # noqa: E402
@@ -90,13 +90,39 @@ def test_gui_flows_leave_the_originals_untouched(qtbot, window, tmp_path, sample
         window.tabs.setCurrentWidget(review)
         settle(qtbot, review.open_file(str(f["captions"])))
         qtbot.waitUntil(lambda: review.item is not None, timeout=10000)
-        review.setFocus()
-        qtbot.keyClick(review, Qt.Key.Key_1)
+        # Not a key press: the window is not the active one after the dialogs above, so a key
+        # would reach no widget (the review keys are tested in tests/desktop_app).
+        review.set_verdict("faithful")
         settle(qtbot, review.last_job)
-        qtbot.waitUntil(lambda: review.hub.serial.activeThreadCount() == 0, timeout=10000)
+        assert window.backend.review_progress(review.session)[0] == 1
         settle(qtbot, review.export(str(tmp_path / "exported" / "verdicts.csv")))
         assert (tmp_path / "exported" / "verdicts.csv").is_file()
         assert_unchanged(tree, before, "review")
+
+        # Review the captions already in the catalogue (the sidecars' descriptions), then try to
+        # export the verdicts to XMP sidecars: refused on this read-only library, nothing written.
+        first = review.session
+        settle(qtbot, review.open_catalog_captions())
+        qtbot.waitUntil(lambda: review.session is not first, timeout=10000)
+        settle(qtbot, review.last_job)  # the first item of the catalogue's captions, shown
+        assert review.item.caption != QUERY
+        assert "The catalogue's captions" in review.file_label.text()
+        assert len(review.session) >= 2
+        for i in range(len(review.session)):  # (the keys are tested in tests/desktop_app; here the window is not active)
+            settle(qtbot, review.go_to(i))
+            review.set_verdict("faithful")
+            settle(qtbot, review.last_job)
+        assert window.backend.review_progress(review.session)[0] == len(review.session)
+        settle(qtbot, review.xmp_export_dialog())
+        xmp = review.xmp_dialog
+        for convention in ("darktable", "lightroom"):
+            xmp.set_convention(convention)
+            settle(qtbot, xmp.preview())
+            assert xmp.status.text().startswith("refused: the library is read-only, so no sidecar is written")
+            assert str(f["photos"]) in xmp.status.text() and not xmp.write_button.isEnabled()
+            assert xmp.write() is None
+        xmp.close()
+        assert_unchanged(tree, before, "reviewing the catalogue's captions and a refused XMP export")
 
         lib = window.library_view
         settle(qtbot, lib.refresh())
