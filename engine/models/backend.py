@@ -66,8 +66,10 @@ class ModelBackend:
     embed_training_scenes: Callable[[Path, Sequence[Any], str], np.ndarray] | None = None
     #: Folders are detected in ascending order: backends with a specific marker file first.
     detect_order: int = 50
-    #: Whether `longlens models import` installs folders of this backend (Hugging Face layout).
+    #: Whether `longlens models import` installs folders of this backend.
     importable: bool = False
+    #: The JSON file an importable folder must have (checked by import_config_check).
+    config_file: str = "config.json"
     #: import_config_check(config_json: dict) raises ModelError when config.json is not this backend's.
     import_config_check: Callable[[dict[str, Any]], None] | None = None
     #: import_weights_check(folder, weight_files) raises when the config does not fit the weights.

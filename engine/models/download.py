@@ -167,19 +167,21 @@ def write_local_manifest(folder: Path, name: str, backend: str, **extra: Any) ->
 
 
 def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
-    """config.json parses, and every safetensors file has a readable header (no weights loaded)."""
-    cfg_path = folder / "config.json"
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelError(f"{folder} has no config.json") from None
-    except (OSError, ValueError) as e:
-        raise ModelIntegrityError(f"config.json is not valid JSON: {e}") from None
-    if not isinstance(cfg, dict):
-        raise ModelIntegrityError("config.json is not a JSON object")
+    """The backend's config file (config.json for Hugging Face folders) parses, and every
+    safetensors file has a readable header (no weights loaded)."""
     from engine.models.registry import get_backend
 
     hooks = get_backend(backend)
+    config_name = hooks.config_file
+    cfg_path = folder / config_name
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelError(f"{folder} has no {config_name}") from None
+    except (OSError, ValueError) as e:
+        raise ModelIntegrityError(f"{config_name} is not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ModelIntegrityError(f"{config_name} is not a JSON object")
     if hooks.import_config_check is not None:
         hooks.import_config_check(cfg)
     from safetensors import safe_open
@@ -275,6 +277,9 @@ def import_model(
             "folders can be imported"
         )
 
+    from engine.models.registry import get_backend
+
+    config_name = get_backend(backend).config_file
     final = paths.models / name
     recover_models_folder(paths)  # a model a killed replace left aside is back before we look
     if (final.exists() or final.is_symlink()) and not replace:
@@ -296,7 +301,7 @@ def import_model(
             if p.suffix.lower() in PICKLE_SUFFIXES:
                 pickles.append(rel)
                 continue
-            if not _is_importable(rel):
+            if not _is_importable(rel) and rel != config_name:
                 continue
             if p.is_symlink():
                 try:
@@ -326,8 +331,8 @@ def import_model(
             "Copy the real files into the folder and import again."
         )
     names = {rel for rel, _ in selected}
-    if "config.json" not in names:
-        raise ModelError(f"{src} has no config.json; is this a Hugging Face model folder?")
+    if config_name not in names:
+        raise ModelError(f"{src} has no {config_name}; is this {get_backend(backend).folder_description}?")
     weights = _weights_of(names, src)
 
     stage = _new_staging(paths, name)

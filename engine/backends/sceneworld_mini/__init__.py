@@ -37,6 +37,18 @@ def _make_grounder(embedder: Any, calibration: Any, *, method: str | None = None
     return MiniGrounder(embedder, calibration, method=method, **options)
 
 
+def _import_config_check(meta: dict) -> None:
+    from engine.backends.sceneworld_mini.network import check_config_dict
+
+    check_config_dict(meta)
+
+
+def _import_weights_check(folder: Path, weight_files: list[str]) -> None:
+    from engine.backends.sceneworld_mini.network import check_folder_weights
+
+    check_folder_weights(Path(folder), weight_files)
+
+
 BACKEND = ModelBackend(
     name=NAME,
     folder_description="a sceneworld-mini folder (sceneworld_mini.json)",
@@ -48,4 +60,9 @@ BACKEND = ModelBackend(
     make_training_adapter=deferred("engine.backends.sceneworld_mini.training", "make_adapter"),
     embed_training_scenes=deferred("engine.backends.sceneworld_mini.training", "embed_training_scenes"),
     detect_order=10,
+    # A trained folder (e.g. the CAFT-style variant, docs/caft.md) installs under a registered name.
+    importable=True,
+    config_file=CONFIG_FILE,
+    import_config_check=_import_config_check,
+    import_weights_check=_import_weights_check,
 )

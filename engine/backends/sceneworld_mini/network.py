@@ -341,6 +341,25 @@ def _check_config_fits_weights(cfg: MiniConfig, weights: Path) -> None:
     check_meta_model_fits(model, shapes, str(weights.parent / CONFIG_FILE))
 
 
+def check_config_dict(meta: dict) -> MiniConfig:
+    """A sceneworld_mini.json's content describes a sceneworld-mini model (at import)."""
+    if meta.get("architecture") != "sceneworld-mini" or not isinstance(meta.get("config"), dict):
+        raise ModelIntegrityError(f"{CONFIG_FILE} does not describe a sceneworld-mini model "
+                                  "(needs \"architecture\": \"sceneworld-mini\" and a \"config\" object)")
+    try:
+        return MiniConfig.from_dict(meta["config"])
+    except TypeError as exc:
+        raise ModelIntegrityError(f"{CONFIG_FILE}: {exc}") from None
+
+
+def check_folder_weights(folder: Path, weight_files: list[str]) -> None:
+    """The folder's weights are one model.safetensors whose shapes fit its config (no allocation)."""
+    if weight_files != [MODEL_FILE]:
+        raise ModelIntegrityError(f"{folder}: a sceneworld-mini folder has its weights in {MODEL_FILE} only")
+    meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    _check_config_fits_weights(check_config_dict(meta), folder / MODEL_FILE)
+
+
 def load_model(model_dir: Path, device: str = "cpu") -> SceneWorldMini:
     from safetensors.torch import load_file
 
