@@ -56,6 +56,17 @@ def _tokens_in(offsets: np.ndarray, start: int, end: int) -> np.ndarray:
     return np.flatnonzero(real & (offsets[:, 0] < end) & (offsets[:, 1] > start))
 
 
+def span_token_masks(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """(k, L) float32 rows averaging the tokens of each character span (one text's (L, 2) offsets);
+    a span with no token inside the budget is a zero row."""
+    masks = np.zeros((len(spans), offsets.shape[0]), np.float32)
+    for k, (start, end) in enumerate(spans):
+        idx = _tokens_in(offsets, start, end)
+        if len(idx):
+            masks[k, idx] = 1.0 / len(idx)
+    return masks
+
+
 def phrase_token_masks(texts: Sequence[str], offsets: np.ndarray, max_phrases: int) -> tuple[np.ndarray, np.ndarray]:
     """(T, P, L) float32 masks, each row averaging one phrase's tokens, and (T, P) bool validity.
 

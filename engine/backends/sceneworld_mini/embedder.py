@@ -104,5 +104,19 @@ class SceneWorldMiniEmbedder:
             out.append(encode_text_batch(self.model, self.tokenizer, batch, limit, self.device).float().cpu().numpy())
         return l2_normalise(np.concatenate(out))
 
+    @torch.inference_mode()
+    def phrase_vectors(self, text: str, spans: Sequence[tuple[int, int]], max_tokens: int | None = None) -> np.ndarray:
+        """(k, D) L2-normalised embeddings of the character spans of `text`, each the mean of its
+        tokens' projected states with the whole text as context: the phrase vectors the local
+        (phrase-region) alignment loss trains (engine/training/local_alignment.py). A span cut off
+        by the token budget gets a zero row."""
+        from engine.backends.sceneworld_mini.network import tokenize_with_offsets
+        from engine.grounding.parts import span_token_masks
+
+        ids, mask, offsets = tokenize_with_offsets(self.tokenizer, [text], self._limit(max_tokens))
+        states = self.model.text.proj(self.model.text.token_states(ids.to(self.device), mask.to(self.device)))[0]
+        masks = torch.from_numpy(span_token_masks(offsets[0], spans)).to(states.device, states.dtype)
+        return l2_normalise((masks @ states).float().cpu().numpy())
+
     def token_count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])

@@ -96,17 +96,23 @@ class MiniGrounder(BaseGrounder):
         self.aligned = self.matcher is not None and self.matcher.has_alignment
         if self.matcher is not None:
             self.feature_names = self.alignment_feature_names if self.aligned else self.matcher_feature_names
+        # A model trained with phrase-region alignment (the CAFT-style variant, docs/caft.md) has
+        # phrase vectors pooled in context, the ones its local loss aligned with regions.
+        self.contextual = getattr(embedder.cfg, "text_pooling", "mean") == "part_to_whole"
         if method is None:
             # Alignment maps point far better where the head has them (docs/grounding.md), and the
             # calibration is fitted on the default method's relation geometry.
-            method = "align" if self.aligned else "patch"
-        if method not in ("patch", "gradcam", "align"):
-            raise ValueError("method must be 'patch', 'gradcam' or 'align'")
+            method = "align" if self.aligned else ("context" if self.contextual else "patch")
+        if method not in ("patch", "gradcam", "align", "context"):
+            raise ValueError("method must be 'patch', 'gradcam', 'align' or 'context'")
+        if method == "context" and not self.contextual:
+            raise ValueError("method 'context' needs a model with part-to-whole text pooling (docs/caft.md)")
         if method == "align" and not self.aligned:
             raise ValueError("method 'align' needs a matching head trained with phrase-patch alignment")
         self.kind = method
         self.gradcam_layer = gradcam_layer
-        self.method = {"patch": "patch-similarity-shifted", "align": "phrase-patch-alignment-shifted"}.get(
+        self.method = {"patch": "patch-similarity-shifted", "align": "phrase-patch-alignment-shifted",
+                       "context": "phrase-in-context-patch-similarity-shifted"}.get(
             method, f"gradcam-layer{gradcam_layer}")
         self.grid = int(embedder.cfg.grid)
         self._stats: dict[str, np.ndarray] = {}
@@ -139,7 +145,17 @@ class MiniGrounder(BaseGrounder):
         phrases = sorted({p.text for s in scenes for t in [s.paragraph, *s.positives]
                           for p in chunk(t.text).phrases if p.kind != "relation"})
         txt = self.embedder.encode_texts(phrases)
-        return {"image_mean": img.mean(0).tolist(), "text_prior": txt.mean(0).tolist()}
+        stats = {"image_mean": img.mean(0).tolist(), "text_prior": txt.mean(0).tolist()}
+        if self.contextual:
+            # The same prior for phrase vectors pooled in context (method "context").
+            ctx = []
+            for s in scenes:
+                for t in (s.paragraph, *s.positives):
+                    spans = [(p.start, p.end) for p in chunk(t.text).phrases if p.kind != "relation"]
+                    if spans:
+                        ctx.append(self.embedder.phrase_vectors(t.text, spans))
+            stats["context_prior"] = np.concatenate(ctx).mean(0).tolist()
+        return stats
 
     # -- features ------------------------------------------------------------------------
     @torch.inference_mode()
@@ -197,11 +213,11 @@ class MiniGrounder(BaseGrounder):
         lookup = {t: i for i, t in enumerate(uniq)}
         return enc[[lookup[t] for t in texts]]
 
-    def phrase_maps(self, feats: MiniImageFeatures, text_emb: np.ndarray) -> np.ndarray:
-        """(k, MAP_GRID, MAP_GRID) raw maps for k text embeddings (not normalised)."""
+    def phrase_maps(self, feats: MiniImageFeatures, text_emb: np.ndarray, prior: str = "text_prior") -> np.ndarray:
+        """(k, MAP_GRID, MAP_GRID) raw maps for k text embeddings (not normalised), minus `prior`."""
         if self.kind == "gradcam":
             return self._gradcam_maps(feats, text_emb)
-        q = text_emb - self._stat("text_prior")[None]
+        q = text_emb - self._stat(prior)[None]
         g = self.grid
         return self._unshift(np.einsum("spd,kd->skp", feats.patches, q).reshape(len(SHIFTS), len(q), g, g))
 
@@ -270,7 +286,11 @@ class MiniGrounder(BaseGrounder):
             if self.aligned:
                 align_raw, best = self.align_maps(feats, [claims[i] for i in nouns])
                 ph_align[nouns] = best
-            raw = align_raw if self.kind == "align" else self.phrase_maps(feats, ph_emb[nouns])
+            if self.kind == "context":
+                ctx = self.embedder.phrase_vectors(text, [(phrases[i].start, phrases[i].end) for i in nouns])
+                raw = self.phrase_maps(feats, ctx, prior="context_prior")
+            else:
+                raw = align_raw if self.kind == "align" else self.phrase_maps(feats, ph_emb[nouns])
             for j, i in enumerate(nouns):
                 maps[i] = normalise(raw[j])
         levels, x = [], []
