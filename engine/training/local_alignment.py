@@ -47,8 +47,27 @@ class RegionAdapter(Protocol):
 def local_scores(regions: torch.Tensor, phrases: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """(B, T) local scores: per text, the mean over its valid phrases of the phrase's best region
     cosine in each image. A text without valid phrases scores 0 everywhere."""
-    used = int(valid.sum(dim=1).max()) if valid.numel() else 0  # phrases are packed first
-    phrases, valid = phrases[:, :max(used, 1)], valid[:, :max(used, 1)]
+    counts = valid.sum(dim=1)
+    if not valid.numel():
+        return regions.new_zeros(regions.shape[0], phrases.shape[0])
+    # Captions have 1-4 phrases, paragraphs up to 24: texts are scored in groups of similar phrase
+    # counts, each trimmed to its own longest, so a caption does not pay for a paragraph's padding.
+    out = regions.new_zeros(regions.shape[0], phrases.shape[0])
+    lo = 0
+    for hi in PHRASE_COUNT_BUCKETS:
+        rows = torch.nonzero((counts > lo) & (counts <= hi)).flatten()
+        lo = hi
+        if len(rows):
+            used = int(counts[rows].max())
+            out = out.index_copy(1, rows, _scores(regions, phrases[rows, :used], valid[rows, :used]))
+    return out
+
+
+#: Upper bounds of the phrase-count groups local_scores works in (phrases are packed first).
+PHRASE_COUNT_BUCKETS = (4, 8, 16, 1 << 30)
+
+
+def _scores(regions: torch.Tensor, phrases: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     b, r, d = regions.shape
     t, p, _ = phrases.shape
     # One (B*R, D) x (D, T*P) product: as fast as the batched form, without einsum's permutes.

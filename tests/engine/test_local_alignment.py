@@ -72,12 +72,13 @@ def test_part_to_whole_weights_count_each_sentence_and_phrase_once():
 def test_local_scores_equal_a_brute_force_loop():
     g = torch.Generator().manual_seed(0)
     regions = F.normalize(torch.randn(3, 5, 8, generator=g), dim=-1)
-    phrases = F.normalize(torch.randn(4, 3, 8, generator=g), dim=-1)
-    valid = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0], [1, 1, 1]], dtype=torch.bool)
+    phrases = F.normalize(torch.randn(6, 20, 8, generator=g), dim=-1)
+    counts = [2, 1, 0, 3, 7, 18]  # every phrase-count group local_scores works in
+    valid = torch.tensor([[k < c for k in range(20)] for c in counts])
     got = local_scores(regions, phrases, valid)
     for b in range(3):
-        for t in range(4):
-            best = [float((regions[b] @ phrases[t, p]).max()) for p in range(3) if valid[t, p]]
+        for t in range(6):
+            best = [float((regions[b] @ phrases[t, p]).max()) for p in range(20) if valid[t, p]]
             assert float(got[b, t]) == pytest.approx(np.mean(best) if best else 0.0, abs=1e-6)
 
 
