@@ -19,8 +19,7 @@ $LL train-lm-tower --out $T/s2-k2-para "${S2[@]}" --train-layers 2 --lm-lr 1e-4 
 $LL train-lm-tower --out $T/s2-k6 "${S2[@]}" --train-layers 6 --lm-lr 1e-4 && ev s2-k6
 $LL train-lm-tower --out $T/s2-lora2 "${S2[@]}" --lora-layers 2 --lora-rank 8 --lm-lr 1e-3 && ev s2-lora2
 compare=("sceneworld-mini tower=docs/lexical-shift.json" "k=0, 8,000 scenes=docs/lexical-shift-minilm-k0.json"
-         "stage 1: k=0=docs/lexical-shift-s1-k0.json" "stage 2: k=2=docs/lexical-shift-s2-k2.json")
-for t in s2-k2-para s2-k6 s2-lora2; do
-  [ -f "docs/lexical-shift-$t.json" ] && compare+=("stage 2: $t=docs/lexical-shift-$t.json")
-done
+         "stage 1: k=0=docs/lexical-shift-s1-k0.json" "stage 2: k=2=docs/lexical-shift-s2-k2.json"
+         "stage 2: k=2 + paraphrase=docs/lexical-shift-s2-k2-para.json" "stage 2: k=6=docs/lexical-shift-s2-k6.json"
+         "stage 2: LoRA top 2=docs/lexical-shift-s2-lora2.json")
 $LL lexical-shift --compare "${compare[@]}" --out $DOC
