@@ -93,7 +93,9 @@ def measure(model_dir: Path, *, n_retrieval: int = 1000, n_grounding: int = 1000
     keep = ("method", "n_object_phrases", "pointing_game", "pointing_game_centre_baseline",
             "pointing_game_random_baseline", "mask_iou", "faithfulness_auc", "faithfulness_auc_by_error",
             "support_true_above_half", "support_wrong_below_half", "calibrated")
-    report = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8")).get("training_report", {})
+    from engine.fileutil import read_user_text
+
+    report = json.loads(read_user_text(model_dir / CONFIG_FILE)).get("training_report", {})
     return {
         "model": model_dir.name,
         "n_train_scenes": report.get("n_train_scenes"),
@@ -147,15 +149,18 @@ def write_section(doc: Path, rows: Sequence[dict], command: str) -> None:
     update_section(doc, "caft-measured", body)
 
 
-def _sizes(text: str) -> list[int]:
+def parse_sizes(parser: argparse.ArgumentParser, text: str) -> list[int]:
     """Comma-separated training-set sizes, each a number of scenes (options.SCENES)."""
-    return [options.SCENES(part.strip()) for part in text.split(",")]
+    try:
+        return [options.SCENES(part.strip()) for part in text.split(",")]
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"argument --sizes: {exc}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="longlens dev caft", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for the trained models and measurements")
-    ap.add_argument("--sizes", type=_sizes, default=list(SIZES),
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)),
                     help="training-set sizes in scenes, comma-separated (default 2000,6000,20000)")
     ap.add_argument("--n-retrieval", type=options.SCENES, default=1000)
     ap.add_argument("--n-grounding", type=options.SCENES, default=1000)
@@ -166,10 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     out: Path = args.out
     rows = []
-    for n in args.sizes:
+    for n in parse_sizes(parser, args.sizes):
         for kind in ("baseline", "caft"):
             folder = out / f"{kind}-{n}"
             if not is_trained(folder):
@@ -186,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from engine.fileutil import atomic_write_text
 
                 atomic_write_text(result, json.dumps(m, indent=2))
-            rows.append(json.loads(result.read_text(encoding="utf-8")))
+            from engine.fileutil import read_user_text
+
+            rows.append(json.loads(read_user_text(result)))
             print(json.dumps({k: rows[-1][k] for k in ("model", "retrieval")}), flush=True)
     if args.doc:
         write_section(args.doc, rows, "make caft")

@@ -356,7 +356,12 @@ def check_folder_weights(folder: Path, weight_files: list[str]) -> None:
     """The folder's weights are one model.safetensors whose shapes fit its config (no allocation)."""
     if weight_files != [MODEL_FILE]:
         raise ModelIntegrityError(f"{folder}: a sceneworld-mini folder has its weights in {MODEL_FILE} only")
-    meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    from engine.fileutil import read_user_text
+
+    try:
+        meta = json.loads(read_user_text(folder / CONFIG_FILE))
+    except (OSError, ValueError) as exc:
+        raise ModelIntegrityError(f"{folder / CONFIG_FILE}: cannot be read as JSON ({exc})") from None
     _check_config_fits_weights(check_config_dict(meta), folder / MODEL_FILE)
 
 
