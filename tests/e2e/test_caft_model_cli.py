@@ -1,7 +1,7 @@
 """Issue 21 item 3: the CAFT-style variant is a selectable model. A (tiny) variant folder imports
 under its registered name, `longlens models list` shows it installed, and `longlens ground` draws
-its own phrase-region maps (its phrases pooled in context against its patches, what its local loss
-trained; no matching head: that one learns from masks)."""
+its own phrase-region maps (its phrases against its patches; no matching head: that one learns from
+masks), and `--method context` the maps of its phrases pooled in context."""
 
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ def test_the_variant_imports_by_name_and_grounds_with_its_own_maps(tmp_path, mon
                        "--out", str(tmp_path / "g"), "--json")
     assert rc == 0, err
     g = json.loads(out)
-    assert g["method"] == "phrase-in-context-patch-similarity-shifted"
-    # The phrase maps differ from the maps of the same phrases encoded alone (method "patch").
+    assert g["method"] == "patch-similarity-shifted"  # its own patches against its phrases (docs/caft.md)
+    # Method "context": the phrases pooled in context (what the local loss trains) give other maps.
     rc, out2, err = cli("ground", str(image), "A red ball sits next to a blue box.", "--model", NAME,
-                        "--out", str(tmp_path / "g2"), "--json", "--method", "patch")
+                        "--out", str(tmp_path / "g2"), "--json", "--method", "context")
     assert rc == 0, err
-    assert json.loads(out2)["method"] == "patch-similarity-shifted"
+    assert json.loads(out2)["method"] == "phrase-in-context-patch-similarity-shifted"
     import numpy as np
 
     ctx, alone = np.load(tmp_path / "g" / "maps.npz"), np.load(tmp_path / "g2" / "maps.npz")
