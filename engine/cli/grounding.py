@@ -73,8 +73,8 @@ def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=METHODS,
                    help="map method (default: gradcam for BLIP; value, the value-path patch embeddings, for "
                         "CLIP models, which also take gradcam; for sceneworld-mini its matching head's "
-                        "phrase-patch alignment, or shifted patch similarity when the head has none; for "
-                        "the CAFT-style variant, context: its phrases pooled in context against its patches)")
+                        "phrase-patch alignment, or shifted patch similarity when the head has none; "
+                        "context, for the CAFT-style variant only: its phrases pooled in context)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: the settings' device, auto)")
     p.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder (default: the settings')")
 
