@@ -70,3 +70,14 @@ def longclip_openai_tiny_pt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.save(random_openai_state_dict(vision_width=64, text_width=64, embed_dim=32, context=248, longclip=True,
                                         seed=5), path)
     return path
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models on a shared 2-core machine: torch threads only contend (use with usefixtures)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

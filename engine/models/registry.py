@@ -370,12 +370,12 @@ _register(
     )
 )
 
-_register(
-    ModelSpec(
-        name=BUNDLED_MODEL,
+def _sceneworld_spec(name: str, description: str, notes: str, *, bundled: bool = False) -> ModelSpec:
+    """A model the project trains on SceneWorld (sceneworld-mini's architecture and sizes)."""
+    return ModelSpec(
+        name=name,
         backend="sceneworld-mini",
-        description="Small bundled demo model trained on SceneWorld; offline. Understands SceneWorld "
-        "images only: real photos need a BLIP model.",
+        description=description,
         repo_id=None,
         revision=None,
         files={},
@@ -383,29 +383,25 @@ _register(
         image_size=64,
         default_text_tokens=128,
         license="Apache-2.0 (trained by the Longlens project on generated data)",
-        notes="Bundled in resources/models/sceneworld-mini/ (python -m engine.training.sceneworld_mini).",
-        bundled=True,
+        notes=notes,
+        bundled=bundled,
     )
-)
 
 
-_register(
-    ModelSpec(
-        name="sceneworld-mini-caft",
-        backend="sceneworld-mini",
-        description="The CAFT-style sceneworld-mini variant: phrases aligned with image regions in training, "
-        "no region labels; grounding from its own phrase-region maps. SceneWorld images only (docs/caft.md).",
-        repo_id=None,
-        revision=None,
-        files={},
-        dim=256,
-        image_size=64,
-        default_text_tokens=128,
-        license="Apache-2.0 (trained by the Longlens project on generated data)",
-        notes="Built locally by `make caft` (engine/training/caft.py); install the trained folder with "
-        "`longlens models import build/caft/caft-20000 --name sceneworld-mini-caft`.",
-    )
-)
+_register(_sceneworld_spec(
+    BUNDLED_MODEL,
+    "Small bundled demo model trained on SceneWorld; offline. Understands SceneWorld images only: real photos "
+    "need a BLIP model.",
+    "Bundled in resources/models/sceneworld-mini/ (python -m engine.training.sceneworld_mini).",
+    bundled=True,
+))
+_register(_sceneworld_spec(
+    "sceneworld-mini-caft",
+    "The CAFT-style sceneworld-mini variant: phrases aligned with image regions in training, no region "
+    "labels; grounding from its own phrase-region maps. SceneWorld images only (docs/caft.md).",
+    "Built locally by `make caft` (engine/training/caft.py); install the trained folder with "
+    "`longlens models import build/caft/caft-20000 --name sceneworld-mini-caft`.",
+))
 
 
 # --- CLIP family (engine/backends/clip/) ------------------------------------------------------

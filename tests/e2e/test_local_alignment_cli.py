@@ -20,12 +20,7 @@ RUN = ["--config", "C5", "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "
        "--checkpoint-every", "0", "--device", "cpu"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture

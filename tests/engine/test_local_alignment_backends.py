@@ -31,12 +31,7 @@ COLOURS = {"red": (220, 30, 30), "green": (30, 180, 40), "blue": (30, 60, 220), 
            "black": (10, 10, 10), "white": (245, 245, 245), "orange": (240, 140, 20), "purple": (130, 40, 160)}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def adapter_for(arch: str, request):
