@@ -115,15 +115,20 @@ def _f(x: float | None) -> str:
     return "–" if x is None else f"{x:.3f}"
 
 
+def _model_label(m: dict) -> str:
+    return "CAFT-style variant" if m["local_alignment"] else "sceneworld-mini (today)"
+
+
 def render_tables(rows: Sequence[dict]) -> str:
     """docs/caft.md's measured tables from the measurement JSONs (baseline and variant per size)."""
     head = ("| scenes | model | long T2I | long I2T | short T2I | short I2T | pointing | centre | mask IoU "
             "| AUC | attribute | relation | count | object |\n|" + "---|" * 14)
     lines = [head]
-    for m in sorted(rows, key=lambda m: (m["n_train_scenes"] or 0, m["local_alignment"] > 0)):
+    ordered = sorted(rows, key=lambda m: (m["n_train_scenes"] or 0, m["local_alignment"] > 0))
+    for m in ordered:
         r, g = m["retrieval"], m["grounding"]
         e = g["faithfulness_auc_by_error"]
-        name = "CAFT-style variant" if m["local_alignment"] else "sceneworld-mini (today)"
+        name = _model_label(m)
         lines.append(f"| {m['n_train_scenes']:,} | {name} | {_f(r['long']['t2i_R@1'])} | {_f(r['long']['i2t_R@1'])} "
                      f"| {_f(r['short']['t2i_R@1'])} | {_f(r['short']['i2t_R@1'])} | {_f(g['pointing_game'])} "
                      f"| {_f(g['pointing_game_centre_baseline'])} | {_f(g['mask_iou'])} | {_f(g['faithfulness_auc'])} "
@@ -132,9 +137,8 @@ def render_tables(rows: Sequence[dict]) -> str:
     budgets = [str(b) for b in TRUNCATION_BUDGETS]
     lines += ["", "Truncation curve (long split T2I R@1 at a token budget):", "",
               "| scenes | model | " + " | ".join(budgets) + " |", "|" + "---|" * (2 + len(budgets))]
-    for m in sorted(rows, key=lambda m: (m["n_train_scenes"] or 0, m["local_alignment"] > 0)):
-        name = "CAFT-style variant" if m["local_alignment"] else "sceneworld-mini (today)"
-        lines.append(f"| {m['n_train_scenes']:,} | {name} | "
+    for m in ordered:
+        lines.append(f"| {m['n_train_scenes']:,} | {_model_label(m)} | "
                      + " | ".join(_f(m["truncation_t2i_R@1"].get(b)) for b in budgets) + " |")
     return "\n".join(lines) + "\n"
 
