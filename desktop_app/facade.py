@@ -76,6 +76,8 @@ class ModelInfo:
     # Files a pull installs only when the user accepts them (the registry knows no pin for them);
     # empty for a fully pinned model, which downloads without any question.
     unpinned: tuple[str, ...] = ()
+    # The query readers it includes (text-towers/NAME), chosen by name in the settings.
+    text_towers: tuple[str, ...] = ()
 
 
 @dataclass
@@ -201,7 +203,7 @@ class Backend:
                 bundled=m.bundled, description=m.description, size_bytes=m.size_bytes, problem=m.problem,
                 notice=self.model_notice(m.name),
                 pullable=bool(spec is not None and spec.repo_id and not spec.bundled),
-                unpinned=m.unpinned,
+                unpinned=m.unpinned, text_towers=m.text_towers,
             ))
         return out
 

@@ -14,8 +14,10 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMenu,
     QPushButton,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -31,8 +33,9 @@ DEVICE_LABELS = {"auto": "Automatic (best available)", "cuda": "CUDA (NVIDIA GPU
 # The "text_tower" setting in a photographer's words: what it does, not how it is built.
 QUERY_READER_LABEL = "Query reader (paragraph-trained text model)"
 QUERY_READER_TIP = ("A text model trained to read long, paragraph-length descriptions, used instead of the "
-                    "model's own to read your queries (the output folder of `longlens train`). "
-                    "Leave it empty to use the model's own. The pictures are not re-indexed.")
+                    "model's own to read your queries: one included with a model (Included…) or the output "
+                    "folder of `longlens train`. Leave it empty to use the model's own. The pictures are not "
+                    "re-indexed.")
 RAW_JPEG_PAIR_LABELS = {"jpeg": "Index the JPEG only", "raw": "Index the RAW only", "both": "Index both files"}
 
 
@@ -68,8 +71,18 @@ class SettingsDialog(QDialog):
         browse.clicked.connect(self._browse_tower)
         clear = QPushButton("Clear")
         clear.clicked.connect(self.tower.clear)
+        # The query readers installed models include (text-towers/NAME), chosen by name; filled with the models.
+        self._included_towers: dict[str, list[str]] = {}
+        self.included = QToolButton()
+        self.included.setObjectName("settings-query-reader-included")
+        self.included.setText("Included…")
+        self.included.setToolTip("Query readers that come with an installed model")
+        self.included.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.included.setMenu(QMenu(self.included))
+        self.included.setEnabled(False)
         tower_row = QHBoxLayout()
         tower_row.addWidget(self.tower, 1)
+        tower_row.addWidget(self.included)
         tower_row.addWidget(browse)
         tower_row.addWidget(clear)
 
@@ -149,6 +162,13 @@ class SettingsDialog(QDialog):
                 continue
             label = m.name + (f"  —  {m.notice}" if m.notice else "")
             self.model.addItem(label, m.name)
+            for tower in m.text_towers:
+                self._included_towers.setdefault(tower, []).append(m.name)
+        menu = self.included.menu()
+        for tower, owners in sorted(self._included_towers.items()):
+            action = menu.addAction(f"{tower}  (with {', '.join(owners)})")
+            action.triggered.connect(lambda _=False, t=tower: self.tower.setText(t))
+        self.included.setEnabled(bool(self._included_towers))
         idx = self.model.findData(current)
         if current and idx < 0:
             self.model.addItem(f"{current} (not installed)", current)
@@ -191,8 +211,10 @@ class SettingsDialog(QDialog):
         if tower:
             from pathlib import Path
 
-            if not Path(tower).is_dir():
-                messages.show_error(self, "Query reader", f"{tower} is not a folder.")
+            if tower not in self._included_towers and not Path(tower).expanduser().is_dir():
+                included = ", ".join(sorted(self._included_towers)) or "none"
+                messages.show_error(self, "Query reader", f"{tower} is not a folder, nor a query reader "
+                                                          f"included with an installed model ({included}).")
                 return
         try:
             self.backend.save_settings(values)

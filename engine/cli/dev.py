@@ -25,6 +25,8 @@ JOBS: dict[str, tuple[str, str]] = {
                       "long-query retrieval on the SceneWorld lexical-shift set (docs/language-towers.md)"),
     "train-lm-tower": ("engine.training.lm_tower_sceneworld",
                        "train an LM text tower (k = 0, cached MiniLM features) on SceneWorld (docs/language-towers.md)"),
+    "ship-text-tower": ("engine.training.ship_text_tower",
+                        "bundle a trained LM text tower with a model as a query reader (docs/language-towers.md)"),
     "caft": ("engine.training.caft",
              "train and measure the CAFT-style sceneworld-mini variant; write docs/caft.md (make caft)"),
     "reproduction": ("engine.training.reproduction",

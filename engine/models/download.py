@@ -57,6 +57,7 @@ from engine.models.registry import (
     verify_dir,
     verify_model,
 )
+from engine.models.text_towers import TEXT_TOWERS_DIR
 
 __all__ = ["import_model", "pull_model", "verify_model"]
 
@@ -90,6 +91,12 @@ _SHARD_RE = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
 # A paragraph-trained text tower (see engine.backends.blip.embedder) may travel in a text_tower/ subfolder.
 TEXT_TOWER_DIR = "text_tower"
 _TEXT_TOWER_NAMES = frozenset({"text_tower.safetensors", "text_tower.json"})
+# Query readers bundled with a model (engine/models/text_towers.py): text-towers/NAME/ holding an LM
+# tower folder (engine/models/lm_tower.py: its weights, LM config, tokenizer/ and licence NOTICE).
+_BUNDLED_TOWER_RE = re.compile(
+    r"^text-towers/[A-Za-z0-9][A-Za-z0-9_.-]*/(lm_tower\.json|config\.json|model\.safetensors|NOTICE|"
+    r"tokenizer/(tokenizer\.json|tokenizer_config\.json|vocab\.txt|vocab\.json|merges\.txt|"
+    r"special_tokens_map\.json|added_tokens\.json|tokenizer\.model))$")
 
 _COPY_CHUNK = 4 * 1024 * 1024
 
@@ -166,6 +173,28 @@ def write_local_manifest(folder: Path, name: str, backend: str, **extra: Any) ->
     return folder / MANIFEST_NAME
 
 
+def list_subfolder_in_manifest(model_dir: Path, rel_dir: str) -> bool:
+    """(Re)list every file under model_dir/rel_dir in the model folder's manifest, replacing that
+    folder's old entries, so `longlens models verify` (which fails on unlisted files) covers them
+    (the matching head, a bundled text tower). False when the folder has no manifest."""
+    from engine.models.manifest import read_manifest_file
+    from engine.models.registry import sha256_file
+
+    model_dir = Path(model_dir)
+    if not (model_dir / MANIFEST_NAME).is_file():
+        return False
+    manifest = read_manifest_file(model_dir)
+    prefix = rel_dir.strip("/") + "/"
+    files = {k: v for k, v in manifest["files"].items() if not k.startswith(prefix)}
+    sub = model_dir / rel_dir
+    for p in sorted(sub.rglob("*")) if sub.is_dir() else ():
+        if p.is_file():
+            files[p.relative_to(model_dir).as_posix()] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    manifest["files"] = dict(sorted(files.items()))
+    _write_manifest(model_dir, manifest)
+    return True
+
+
 def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
     """The backend's config file (config.json for Hugging Face folders) parses, and every
     safetensors file has a readable header (no weights loaded)."""
@@ -210,6 +239,8 @@ def importable_backends() -> list[str]:
 
 
 def _is_importable(rel: str) -> bool:
+    if rel.startswith(TEXT_TOWERS_DIR + "/"):
+        return bool(_BUNDLED_TOWER_RE.fullmatch(rel))
     if rel.startswith(TEXT_TOWER_DIR + "/"):
         return rel.split("/", 1)[1] in _TEXT_TOWER_NAMES
     return rel in _IMPORT_NAMES or bool(_SHARD_RE.fullmatch(rel))
@@ -295,7 +326,8 @@ def import_model(
         for p in sorted(folder.iterdir()):
             rel = prefix + p.name
             if p.is_dir() and not p.is_symlink():
-                if not prefix and p.name == TEXT_TOWER_DIR:
+                if (not prefix and p.name in (TEXT_TOWER_DIR, TEXT_TOWERS_DIR)) or prefix.startswith(
+                        TEXT_TOWERS_DIR + "/"):
                     scan(p, rel + "/")
                 continue
             if p.suffix.lower() in PICKLE_SUFFIXES:

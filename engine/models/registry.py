@@ -32,6 +32,12 @@ from engine.fileutil import sha256_file  # noqa: F401  (re-exported: models code
 from engine.models.lm_text_side import is_lm_tower_folder, with_text_tower
 from engine.models.manifest import MANIFEST_FORMAT, MANIFEST_NAME, SHA256_RE, read_manifest_file  # noqa: F401  (re-exported)
 from engine.models.pins import Pin, git_blob_pin, parse_pin, sha256_pin  # noqa: F401  (re-exported for specs)
+from engine.models.text_towers import (
+    TEXT_TOWERS_DIR,
+    bundled_text_towers,
+    check_trained_for,
+    resolve_text_tower,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -228,6 +234,7 @@ def load_folder_embedder(folder: Path, backend: str, *, device: str = "auto", te
                          model_id: str | None = None) -> Embedder:
     """The Embedder of a model folder that is not installed (training bases, study folders):
     no manifest, no verification, the backend's reference settings."""
+    text_tower_dir = resolve_text_tower(text_tower_dir, Path(folder), model_id or Path(folder).name)
     lm = is_lm_tower_folder(text_tower_dir)
     emb = get_backend(backend).load_embedder(Path(folder), device=device, text_tower_dir=None if lm else text_tower_dir,
                                              model_id=model_id, installed=False)
@@ -665,7 +672,8 @@ def model_identity(name: str, manifest: Mapping[str, Any], text_tower_dir: Path 
     backend = str(manifest.get("backend"))
     image_parts = {rel: e["sha256"] for rel, e in files.items() if _is_image_side(rel)}
     image = f"{name}{IDENTITY_SEPARATOR}{_digest({'backend': backend, **image_parts})}"
-    text_parts = {rel: e["sha256"] for rel, e in files.items()}
+    # The towers bundled beside the model's own (text-towers/) are not its text side until chosen.
+    text_parts = {rel: e["sha256"] for rel, e in files.items() if not rel.startswith(TEXT_TOWERS_DIR + "/")}
     if text_tower_dir is not None:
         tower = Path(text_tower_dir)
         # Every file, nested ones too (a language-model tower keeps its tokenizer in tokenizer/);
@@ -805,6 +813,7 @@ class ModelStatus:
     installed_at: str | None = None
     problem: str | None = None  # why an installed model cannot be used
     unpinned: tuple[str, ...] = ()  # files a pull of it installs only when trusted (no pin known)
+    text_towers: tuple[str, ...] = ()  # names of the query readers bundled in it (text-towers/NAME)
 
 
 def list_models(paths: Paths, *, verify: bool = False) -> list[ModelStatus]:
@@ -868,6 +877,7 @@ def _status(name: str, paths: Paths, spec: ModelSpec | None, verify: bool) -> Mo
         installed_at,
         problem,
         unpinned,
+        tuple(bundled_text_towers(model_dir)),
     )
 
 
@@ -903,7 +913,11 @@ def load_embedder(
                 f" or re-pull it (`longlens models pull {name}`)" if spec is not None and spec.repo_id else ""
             )
             raise ModelIntegrityError(f"{report.summary()}. The model files were changed or damaged; {fix}.")
+    # A bare name picks a tower bundled with the model (text-towers/NAME/); a path, any folder.
+    text_tower_dir = resolve_text_tower(text_tower_dir, model_dir, name)
     identity = model_identity(name, manifest, text_tower_dir)
+    if text_tower_dir is not None:
+        check_trained_for(text_tower_dir, identity.image, name)
     backend = get_backend(manifest["backend"])
     # An LM text tower (lm_tower.json) reads the texts in place of the backend's own text tower.
     lm = is_lm_tower_folder(text_tower_dir)

@@ -68,21 +68,9 @@ from engine.outputs import check_script_output
 def add_to_manifest(model_dir: Path) -> bool:
     """List the matcher's files in the model folder's longlens-manifest.json, so `longlens models
     verify` (which fails on unlisted files) covers them; False when the folder has no manifest."""
-    from engine.fileutil import atomic_write_text
-    from engine.models.registry import MANIFEST_NAME, sha256_file
+    from engine.models.download import list_subfolder_in_manifest
 
-    model_dir = Path(model_dir)
-    path = model_dir / MANIFEST_NAME
-    if not path.is_file():
-        return False
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    files = {k: v for k, v in manifest["files"].items() if not k.startswith(MATCHER_DIR + "/")}
-    for p in sorted((model_dir / MATCHER_DIR).glob("*")):
-        if p.is_file():
-            files[f"{MATCHER_DIR}/{p.name}"] = {"sha256": sha256_file(p), "size": p.stat().st_size}
-    manifest["files"] = dict(sorted(files.items()))
-    atomic_write_text(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return True
+    return list_subfolder_in_manifest(model_dir, MATCHER_DIR)
 
 
 # --------------------------------------------------------------------------- training data

@@ -53,6 +53,20 @@ def test_bad_text_tower_is_refused(qtbot, window, tmp_path):
     assert dlg.isVisible() or dlg.result() == 0
 
 
+def test_a_query_reader_included_with_a_model_is_chosen_by_name(qtbot, window):
+    dlg = SettingsDialog(window.backend, window.hub, window)
+    settle(qtbot, dlg._models_job)
+    actions = dlg.included.menu().actions()
+    assert dlg.included.isEnabled() and any(a.text().startswith("minilm-k6  (with sceneworld-mini") for a in actions)
+    next(a for a in actions if a.text().startswith("minilm-k6")).trigger()
+    assert dlg.tower.text() == "minilm-k6"
+    saved = []
+    dlg.saved.connect(saved.append)
+    dlg.accept()
+    assert saved and saved[0]["text_tower"] == "minilm-k6"
+    assert not dlg.findChildren(QMessageBox, messages.ERROR_OBJECT_NAME)
+
+
 def test_theme_follows_the_system_by_default(qapp):
     assert theme.resolve("system") in ("light", "dark")
     assert theme.apply_theme(qapp, "dark") == "dark" and theme.is_dark(qapp)

@@ -575,7 +575,6 @@ READS_ALLOWED: dict[tuple[str, str], str] = {
     ("engine/datagen/pipeline.py", "sceneworld_job"): "a temporary file the job itself wrote",
     ("engine/grounding/calibration.py", "weights_sha256"): "an installed model's manifest in the home",
     ("engine/backends/sceneworld_mini/matcher.py", "load_matcher"): "an installed model's matcher in the home",
-    ("engine/training/matcher_training.py", "add_to_manifest"): "an installed model's manifest in the home",
     ("engine/backends/blip/embedder.py", "_declared_model_type"): "model folders (installed in the home; see note)",
     ("engine/backends/blip/embedder.py", "BlipEmbedder._load_image_settings"): "model folders (see note)",
     ("engine/backends/blip/embedder.py", "BlipEmbedder._load_text_tower"): "model folders (see note)",
