@@ -11,13 +11,17 @@ trained on pictures and texts only, with the same data, schedule and steps as th
 
     python -m engine.training.caft --out build/caft --doc docs/caft.md      (make caft)
 
-For each training-set size (default 2,000, 6,000, 20,000 scenes) it trains the baseline (the
-20,000-scene baseline is the shipped model's weights, which `make demo-model` trains with the
-same function) and the variant, then measures both on the fixed test scenes: long and short split
-R@1, the truncation curve (seed 1000), and grounding from each model's own phrase-region maps
-with no matching head (seed 2000; calibration fitted on validation scenes of seed 1500). Each
-model's figures go to OUT/<name>/measurement.json; the tables of docs/caft.md are rendered from
-them. Folders already trained are reused (delete one to retrain it).
+For each training-set size (default 2,000, 6,000, 20,000 scenes) it trains the baseline and the
+variant with the same number of optimizer steps (the 2,000-scene schedule, 12 + 8 epochs of 128;
+larger sets take fewer epochs: `equal_step_schedule`), so the sizes differ in data only and a run
+stays within about an hour on 2 CPU cores. The shipped model (20,000 scenes, 12 + 8 epochs, ten
+times the steps; `make demo-model` trains it with the same function) is measured beside them as
+a reference, its weights without the matching head (trained with masks). Each model is measured on
+the fixed test scenes: long and short split R@1, the truncation curve (seed 1000), and grounding
+from its own phrase-region maps with no matching head (seed 2000; calibration fitted on
+validation scenes of seed 1500). Each model's figures go to OUT/<name>/measurement.json; the
+tables of docs/caft.md are rendered from them. Folders already trained are reused (delete one to
+retrain it); `--kinds` picks which models a process trains, so two processes can share the work.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ CAFT_CONFIG = MiniConfig(region_scales=(4, 2), text_pooling="part_to_whole")
 #: Weight of the local loss beside the global one (both are InfoNCE at the same temperature).
 LOCAL_WEIGHT = 1.0
 SIZES = (2000, 6000, 20000)
+#: The schedule every size's steps are matched to: 2,000 scenes, 12 + 8 epochs (the shipped epochs).
+REFERENCE_SCENES, REFERENCE_EPOCHS = 2000, (12, 8)
+KINDS = ("baseline", "caft", "shipped")
 TRUNCATION_BUDGETS = (20, 40, 60, 80, 100, 128)
 RETRIEVAL_SEED, GROUNDING_SEED, CALIBRATION_SEED = 1000, 2000, 1500
 SHIPPED_TRAINING_SCENES = 20000
@@ -51,10 +58,19 @@ def train_variant(out_dir: Path, n_train: int, *, seed: int = 0, cfg: MiniConfig
     return train(out_dir, seed=seed, n_train=n_train, cfg=cfg, local_alignment=LOCAL_WEIGHT, log=log, **schedule)
 
 
-def train_baseline(out_dir: Path, n_train: int, *, seed: int = 0, log=sys.stderr) -> dict:
+def train_baseline(out_dir: Path, n_train: int, *, seed: int = 0, log=sys.stderr, **schedule: int) -> dict:
     from engine.training.sceneworld_mini import train
 
-    return train(out_dir, seed=seed, n_train=n_train, log=log)
+    return train(out_dir, seed=seed, n_train=n_train, log=log, **schedule)
+
+
+def equal_step_schedule(n_train: int) -> dict[str, int]:
+    """Epochs of stages (a) and (b) for `n_train` scenes that give about as many optimizer steps as
+    the reference schedule on REFERENCE_SCENES (at least one epoch each): 2,000 -> 12 + 8,
+    6,000 -> 4 + 3, 20,000 -> 1 + 1."""
+    a, b = REFERENCE_EPOCHS
+    scale = REFERENCE_SCENES / n_train
+    return {"epochs_a": max(1, round(a * scale)), "epochs_b": max(1, round(b * scale))}
 
 
 def copy_shipped_baseline(shipped: Path, out_dir: Path) -> None:
@@ -101,6 +117,7 @@ def measure(model_dir: Path, *, n_retrieval: int = 1000, n_grounding: int = 1000
         "n_train_scenes": report.get("n_train_scenes"),
         "config": {"region_scales": list(embedder.cfg.region_scales), "text_pooling": embedder.cfg.text_pooling},
         "local_alignment": (report.get("stage_a", {}).get("extra", {}) or {}).get("local_alignment", 0.0),
+        "epochs": {"a": report.get("stage_a", {}).get("epochs"), "b": report.get("stage_b", {}).get("epochs")},
         "training_seconds": report.get("seconds"),
         "retrieval": {"seed": RETRIEVAL_SEED, "n_scenes": n_retrieval, **retrieval},
         "truncation_t2i_R@1": truncation,
@@ -116,29 +133,37 @@ def _f(x: float | None) -> str:
 
 
 def _model_label(m: dict) -> str:
-    return "CAFT-style variant" if m["local_alignment"] else "sceneworld-mini (today)"
+    if m["local_alignment"]:
+        return "CAFT-style variant"
+    return "sceneworld-mini as shipped" if m["model"].startswith("shipped") else "sceneworld-mini (today's recipe)"
+
+
+def _epochs(m: dict) -> str:
+    e = m.get("epochs") or {}
+    return f"{e.get('a', '?')} + {e.get('b', '?')}" if e else "–"
 
 
 def render_tables(rows: Sequence[dict]) -> str:
     """docs/caft.md's measured tables from the measurement JSONs (baseline and variant per size)."""
-    head = ("| scenes | model | long T2I | long I2T | short T2I | short I2T | pointing | centre | mask IoU "
-            "| AUC | attribute | relation | count | object |\n|" + "---|" * 14)
+    head = ("| scenes | epochs | model | long T2I | long I2T | short T2I | short I2T | pointing | centre | mask IoU "
+            "| AUC | attribute | relation | count | object |\n|" + "---|" * 15)
     lines = [head]
-    ordered = sorted(rows, key=lambda m: (m["n_train_scenes"] or 0, m["local_alignment"] > 0))
+    ordered = sorted(rows, key=lambda m: (m["n_train_scenes"] or 0, m["model"].startswith("shipped"),
+                                          m["local_alignment"] > 0))
     for m in ordered:
         r, g = m["retrieval"], m["grounding"]
         e = g["faithfulness_auc_by_error"]
         name = _model_label(m)
-        lines.append(f"| {m['n_train_scenes']:,} | {name} | {_f(r['long']['t2i_R@1'])} | {_f(r['long']['i2t_R@1'])} "
+        lines.append(f"| {m['n_train_scenes']:,} | {_epochs(m)} | {name} | {_f(r['long']['t2i_R@1'])} | {_f(r['long']['i2t_R@1'])} "
                      f"| {_f(r['short']['t2i_R@1'])} | {_f(r['short']['i2t_R@1'])} | {_f(g['pointing_game'])} "
                      f"| {_f(g['pointing_game_centre_baseline'])} | {_f(g['mask_iou'])} | {_f(g['faithfulness_auc'])} "
                      f"| {_f(e.get('attribute'))} | {_f(e.get('relation'))} | {_f(e.get('count'))} "
                      f"| {_f(e.get('object'))} |")
     budgets = [str(b) for b in TRUNCATION_BUDGETS]
     lines += ["", "Truncation curve (long split T2I R@1 at a token budget):", "",
-              "| scenes | model | " + " | ".join(budgets) + " |", "|" + "---|" * (2 + len(budgets))]
+              "| scenes | epochs | model | " + " | ".join(budgets) + " |", "|" + "---|" * (3 + len(budgets))]
     for m in ordered:
-        lines.append(f"| {m['n_train_scenes']:,} | {_model_label(m)} | "
+        lines.append(f"| {m['n_train_scenes']:,} | {_epochs(m)} | {_model_label(m)} | "
                      + " | ".join(_f(m["truncation_t2i_R@1"].get(b)) for b in budgets) + " |")
     return "\n".join(lines) + "\n"
 
@@ -169,39 +194,59 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--n-retrieval", type=options.SCENES, default=1000)
     ap.add_argument("--n-grounding", type=options.SCENES, default=1000)
     ap.add_argument("--doc", type=Path, help="write the measured tables into this Markdown file's caft-measured section")
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="which models this process trains and measures, comma-separated: baseline, caft, shipped "
+                         "(default all; the shipped reference is measured once, at its own size)")
     ap.add_argument("--shipped", type=Path, default=Path("resources/models/sceneworld-mini"),
-                    help=f"the shipped model folder (its weights are the {SHIPPED_TRAINING_SCENES:,}-scene baseline)")
+                    help=f"the shipped model folder (the {SHIPPED_TRAINING_SCENES:,}-scene reference)")
     return ap
 
 
+def parse_kinds(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    kinds = [part.strip() for part in text.split(",") if part.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        parser.error(f"argument --kinds: {', '.join(bad) or 'nothing'} is not one of {', '.join(KINDS)}")
+    return kinds
+
+
+def _models(sizes: Sequence[int], kinds: Sequence[str]) -> list[tuple[str, int]]:
+    """(kind, size) of every model to train and measure: baseline and variant per size, the shipped
+    reference once."""
+    out = [(kind, n) for n in sizes for kind in ("baseline", "caft") if kind in kinds]
+    return out + ([("shipped", SHIPPED_TRAINING_SCENES)] if "shipped" in kinds else [])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from engine.fileutil import atomic_write_text, read_user_text
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    sizes, kinds = parse_sizes(parser, args.sizes), parse_kinds(parser, args.kinds)
     out: Path = args.out
+    if "shipped" in kinds and not is_trained(args.shipped):
+        parser.error(f"argument --shipped: {args.shipped} has no trained sceneworld-mini ({MODEL_FILE}, {CONFIG_FILE})")
     rows = []
-    for n in parse_sizes(parser, args.sizes):
-        for kind in ("baseline", "caft"):
-            folder = out / f"{kind}-{n}"
-            if not is_trained(folder):
-                print(f"training {folder} ({n} scenes)", file=sys.stderr, flush=True)
-                if kind == "caft":
-                    train_variant(folder, n)
-                elif n == SHIPPED_TRAINING_SCENES and is_trained(args.shipped):
-                    copy_shipped_baseline(args.shipped, folder)
-                else:
-                    train_baseline(folder, n)
-            result = folder / "measurement.json"
-            if not result.exists():
-                m = measure(folder, n_retrieval=args.n_retrieval, n_grounding=args.n_grounding)
-                from engine.fileutil import atomic_write_text
-
-                atomic_write_text(result, json.dumps(m, indent=2))
-            from engine.fileutil import read_user_text
-
-            rows.append(json.loads(read_user_text(result)))
-            print(json.dumps({k: rows[-1][k] for k in ("model", "retrieval")}), flush=True)
+    for kind, n in _models(sizes, kinds):
+        folder = out / f"{kind}-{n}"
+        if not is_trained(folder):
+            print(f"training {folder} ({n} scenes)", file=sys.stderr, flush=True)
+            if kind == "caft":
+                train_variant(folder, n, **equal_step_schedule(n))
+            elif kind == "shipped":
+                copy_shipped_baseline(args.shipped, folder)
+            else:
+                train_baseline(folder, n, **equal_step_schedule(n))
+        result = folder / "measurement.json"
+        if not result.exists():
+            m = measure(folder, n_retrieval=args.n_retrieval, n_grounding=args.n_grounding)
+            atomic_write_text(result, json.dumps(m, indent=2))
+        rows.append(json.loads(read_user_text(result)))
+        print(json.dumps({k: rows[-1][k] for k in ("model", "retrieval")}), flush=True)
     if args.doc:
-        write_section(args.doc, rows, "make caft")
+        others = [json.loads(read_user_text(f)) for f in sorted(out.glob("*/measurement.json"))
+                  if f.parent.name not in {r["model"] for r in rows}]
+        write_section(args.doc, rows + others, "make caft")
     return 0
 
 
