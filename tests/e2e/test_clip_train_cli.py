@@ -34,12 +34,7 @@ QUERY = ("A wide sandy beach at low tide with a red umbrella near the water. Two
          "to the left of a blue bucket, while gulls circle above the waves under a cloudy afternoon sky.")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one torch thread
 
 
 @pytest.fixture

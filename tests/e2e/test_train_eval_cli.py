@@ -17,13 +17,7 @@ import torch
 from engine.sceneworld.export import write_coco_layout, write_docci_layout, write_training_jsonl
 from tests.e2e.conftest import TINY_MODEL
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models on a shared 2-core machine: threads only contend
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one torch thread
 
 
 @pytest.fixture

@@ -215,16 +215,6 @@ def test_reports_json_markdown_and_png(tmp_path):
     assert plain.count("\n|") == 3 and "Truncation" not in plain  # header, rule, one model
 
 
-@pytest.fixture
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model on a shared machine: more threads only contend
-    yield
-    torch.set_num_threads(before)
-
-
 def test_real_files_are_embedded_like_the_embedder_does(docci_root, blip_tiny_checkpoint, one_thread):
     from engine.backends.blip.embedder import BlipEmbedder
     from engine.indexing.decode import decode_image

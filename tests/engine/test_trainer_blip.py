@@ -15,15 +15,7 @@ from engine.training.configs import load_config
 from engine.training.trainer import Trainer
 from tests.engine.test_trainer import colour_data
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matrices: with several threads on a busy 2-core machine, OpenMP spinning makes each
-    # op ~100x slower than a single thread.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one torch thread
 
 
 class CancelAfter(CancelToken):

@@ -13,13 +13,7 @@ from engine.backends.sceneworld_mini.network import SceneWorldMini, save_model, 
 from engine.training import study
 from tests.engine.test_trainer import TINY
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one torch thread
 
 
 @pytest.fixture
