@@ -23,6 +23,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             for r in rows:
                 state = "installed" if r.installed else "not installed"
                 print(f"{r.name:24} {r.backend:16} {state:14} {r.description}")
+                if r.text_towers:
+                    print(f"{'':24} query readers included (--text-tower NAME): {', '.join(r.text_towers)}")
         return 0
     if args.models_cmd == "pull":
         from engine.models.download import pull_model
