@@ -769,13 +769,27 @@ def verify_dir(model_dir: Path, name: str | None = None) -> VerifyReport:
             # Size differs: no need to read the whole file to know it is wrong.
             checks.append(FileCheck(rel, "mismatch", entry["sha256"], None, entry["size"], size))
             continue
-        actual = sha256_file(p)
+        actual = _sha256_unless_unchanged(p)
         status: FileStatus = "ok" if actual == entry["sha256"] else "mismatch"
         checks.append(FileCheck(rel, status, entry["sha256"], actual, entry["size"], size))
     for rel in _walk_files(model_dir):
         if rel != MANIFEST_NAME and rel not in listed and rel.rsplit("/", 1)[-1] not in IGNORED_JUNK:
             checks.append(FileCheck(rel, "unexpected"))
     return VerifyReport(label, model_dir, tuple(checks), tuple(problems))
+
+
+# sha256 of files this process has hashed, by (path, size, mtime, inode, device): a model loaded
+# again (each search in the app, each test) is not read again unless one of those changed.
+_HASHED: dict[tuple[str, int, int, int, int], str] = {}
+
+
+def _sha256_unless_unchanged(p: Path) -> str:
+    st = p.stat()
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+    digest = _HASHED.get(key)
+    if digest is None:
+        digest = _HASHED[key] = sha256_file(p)
+    return digest
 
 
 def _walk_files(root: Path) -> list[str]:

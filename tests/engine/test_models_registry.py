@@ -220,6 +220,25 @@ def test_tampered_weights_fail_verify_and_load(paths: Paths, hf_folder: Path) ->
     assert {s.name: s for s in list_models(paths, verify=True)}["m"].verified is False
 
 
+def test_verify_reads_a_file_again_only_when_it_changed(paths: Paths, hf_folder: Path, monkeypatch) -> None:
+    import os
+
+    from engine.models import registry
+
+    installed = import_model(hf_folder, "m", paths)
+    assert verify_model("m", paths).ok
+    reads: list[str] = []
+    real = registry.sha256_file
+    monkeypatch.setattr(registry, "sha256_file", lambda p: reads.append(Path(p).name) or real(p))
+    assert verify_model("m", paths).ok and reads == []  # nothing changed: nothing read again
+    weights = installed / "model.safetensors"
+    st = weights.stat()
+    flip_byte(weights)  # same size: the new modification time is what makes it read again
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # coarse clocks: at least 1 ns later
+    report = verify_model("m", paths)
+    assert reads == ["model.safetensors"] and [f.filename for f in report.failures] == ["model.safetensors"]
+
+
 def test_missing_and_unexpected_files_fail_verify(paths: Paths, hf_folder: Path) -> None:
     installed = import_model(hf_folder, "m", paths)
     (installed / "vocab.txt").unlink()
