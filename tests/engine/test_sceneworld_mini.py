@@ -48,8 +48,13 @@ def test_loads_through_registry_and_matches_manifest(tmp_path):
     assert report.ok, report.summary()
     manifest = json.loads((MODEL_DIR / "longlens-manifest.json").read_text())
     assert {"model.safetensors", "sceneworld_mini.json", "captions-only/text_tower.safetensors"} <= set(manifest["files"])
-    size = sum(f.stat().st_size for f in MODEL_DIR.rglob("*.safetensors"))
-    assert size <= 30 * 1024 * 1024
+    # The model itself stays small; an included query reader (text-towers/, a 22.7 M-parameter
+    # MiniLM) ships as fp16, about 2 bytes a parameter (docs/language-towers.md).
+    weights = list(MODEL_DIR.rglob("*.safetensors"))
+    own = [f for f in weights if "text-towers" not in f.relative_to(MODEL_DIR).parts]
+    assert sum(f.stat().st_size for f in own) <= 30 * 1024 * 1024
+    readers = [f for f in weights if f not in own]
+    assert readers and all(f.stat().st_size <= 48 * 1024 * 1024 for f in readers)
     v = emb.encode_texts(["a red ball on the beach", "three green kites under a starry night sky"])
     assert v.shape == (2, 256) and np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
     assert float(v[0] @ v[1]) < 0.99
