@@ -6,7 +6,9 @@ paragraph per image (DOCCI-like), encoded with the model's default budget (128 t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +28,17 @@ class SceneWorldSet:
 def render_size_for(embedder: Embedder) -> int:
     # At least the demo collection's file size, so the model sees the same downsampling as in use.
     return max(256, embedder.image_size)
+
+
+def embed_rendered_scenes(embedder: Embedder, scenes: Sequence[Any], batch: int = 64) -> np.ndarray:
+    """(N, D) image embeddings of `scenes` rendered at render_size_for(embedder), `batch` at a time
+    (what a backend's embed_training_scenes hook computes for its frozen vision tower)."""
+    from engine.sceneworld import render_scene
+
+    size = render_size_for(embedder)
+    parts = [embedder.encode_images([render_scene(s, size)[0] for s in scenes[i : i + batch]])
+             for i in range(0, len(scenes), batch)]
+    return np.concatenate(parts) if parts else np.zeros((0, embedder.dim), dtype=np.float32)
 
 
 def embed_scenes(embedder: Embedder, seed: int, n: int, batch: int = 64) -> SceneWorldSet:

@@ -16,7 +16,7 @@ import numpy as np
 from engine.grounding.api import Grounding, Phrase, PhraseMap
 from engine.grounding.calibration import Calibration
 from engine.grounding.chunking import Chunking, chunk
-from engine.grounding.maps import background_map
+from engine.grounding.maps import background_map, normalise, relation_geometry
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -86,6 +86,15 @@ class BaseGrounder:
         return []
 
     # -- shared ----------------------------------------------------------------------------
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), D) the embedder's embeddings of `texts`, each distinct text encoded once."""
+        if not texts:
+            return np.zeros((0, self.embedder.dim), np.float32)
+        uniq = list(dict.fromkeys(texts))
+        enc = self.embedder.encode_texts(uniq)
+        lookup = {t: i for i, t in enumerate(uniq)}
+        return enc[[lookup[t] for t in texts]]
+
     def analyse(self, image: Image.Image | None, text: str, *, feats: Any = None,
                 chunking: Chunking | None = None, sentences: list[tuple[int, int]] | None = None) -> Analysis:
         if feats is None:
@@ -168,6 +177,22 @@ class BaseGrounder:
                       method=self.method, calibrated=self.levels_calibrated(a))
         a.timings_ms["total"] = (time.perf_counter() - t0) * 1000
         return g
+
+
+def claims_and_sentences(text: str, chunking: Chunking) -> tuple[list[str], list[str]]:
+    """The texts a grounder scores against the image: each phrase's claim, each sentence's text."""
+    return [p.claim for p in chunking.phrases], [text[s:e] for s, e in chunking.sentences]
+
+
+def map_relation(maps: np.ndarray, i: int, phrase: Phrase, geometry_maps: np.ndarray) -> float:
+    """A relation's map and geometry feature. With a subject and an object, maps[i] becomes their
+    maps summed and renormalised, and the result is how well their `geometry_maps` satisfy the
+    relation's predicate (maps.relation_geometry); without both, maps[i] is left and the result is 0."""
+    if len(phrase.args) != 2:
+        return 0.0
+    subj, obj = phrase.args
+    maps[i] = normalise(maps[subj] + maps[obj])
+    return relation_geometry(predicate_of(phrase.text), geometry_maps[subj], geometry_maps[obj])
 
 
 def setting_maps(phrases: list[Phrase], maps: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ Every backend checks a folder's config against its safetensors headers before bu
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,11 @@ _SHOWN = 5  # differing tensors named in a message
 
 # safetensors' own parser refuses headers over 100 MB; a header is a user-controlled size too.
 MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
+# model.safetensors.index.json of a sharded checkpoint: a user-controlled size like any other.
+MAX_WEIGHT_INDEX_BYTES = 64 * 1024 * 1024
+# Config fields that count repeated blocks in each tower of a Hugging Face dual encoder: each
+# block has at least one tensor in the weights.
+_SUB_CONFIGS = ("vision_config", "text_config")
 
 
 def _header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
@@ -85,3 +91,47 @@ def check_meta_model_fits(model: Any, shapes: dict[str, tuple[int, ...]], where:
             f"the weights do not fit {where} ({len(problems)} tensors differ: "
             f"{'; '.join(problems[:_SHOWN])}{more}); nothing was loaded"
         )
+
+
+def safetensors_weight_files(folder: Path) -> list[str]:
+    """model.safetensors, or the shards its index lists."""
+    from engine.fileutil import read_user_text
+
+    folder = Path(folder)
+    if (folder / "model.safetensors").is_file():
+        return ["model.safetensors"]
+    index = folder / "model.safetensors.index.json"
+    try:
+        weight_map = json.loads(read_user_text(index, max_bytes=MAX_WEIGHT_INDEX_BYTES))["weight_map"]
+        return sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ModelIntegrityError(f"{index} is unreadable: {e}") from None
+
+
+def check_config_fits_weights(folder: Path, config: Any | None, weight_files: list[str] | None, *,
+                              family: str, config_class: Any, model_class: Any,
+                              check_config: Callable[[Any], None] | None = None) -> None:
+    """Refuse (ModelIntegrityError naming the key and both shapes) a Hugging Face dual encoder's
+    config (vision_config and text_config) that its safetensors weights do not fit: layer counts
+    first, then a meta-device `model_class(config)` against the headers. `config` None: read with
+    `config_class`; `check_config` runs on it before anything is counted or built. `family` ("BLIP",
+    "CLIP") names the model in the messages."""
+    import torch
+
+    folder = Path(folder)
+    shapes = safetensors_shapes(folder, weight_files or safetensors_weight_files(folder))
+    if config is None:
+        try:
+            config = config_class.from_pretrained(str(folder), local_files_only=True)
+        except Exception as exc:  # transformers raises OSError/ValueError/TypeError for bad configs
+            raise ModelIntegrityError(f"{folder / 'config.json'} is not a {family} config: {exc}") from exc
+    if check_config is not None:
+        check_config(config)
+    check_layer_counts({f"{sub}.num_hidden_layers": getattr(getattr(config, sub, None), "num_hidden_layers", None)
+                        for sub in _SUB_CONFIGS}, shapes, "config.json")
+    try:
+        with torch.device("meta"):
+            model = model_class(config)
+    except Exception as exc:  # inconsistent numbers (e.g. heads not dividing the hidden size)
+        raise ModelIntegrityError(f"config.json does not describe a buildable {family} model: {exc}") from exc
+    check_meta_model_fits(model, shapes, f"config.json of {folder}")

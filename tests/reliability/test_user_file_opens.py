@@ -578,7 +578,7 @@ READS_ALLOWED: dict[tuple[str, str], str] = {
     ("engine/backends/blip/embedder.py", "_declared_model_type"): "model folders (installed in the home; see note)",
     ("engine/backends/blip/embedder.py", "BlipEmbedder._load_image_settings"): "model folders (see note)",
     ("engine/backends/blip/embedder.py", "BlipEmbedder._load_text_tower"): "model folders (see note)",
-    ("engine/backends/clip/text_tower.py", "load_text_tower"): "model folders (see note)",
+    ("engine/models/hf_dual_encoder.py", "read_tower_tensors"): "model folders (see note)",
     ("engine/models/tokenizers.py", "read_vocab"): "a vocabulary file shipped with the package",
     ("engine/backends/sceneworld_mini/network.py", "init_token_embeddings_from_minilm"): "a downloaded, hash-pinned model file",
     ("engine/backends/sceneworld_mini/network.py", "load_model"): "model folders (see note)",

@@ -18,25 +18,16 @@ def _detect(folder: Path) -> bool:
     return (Path(folder) / "config.json").is_file()
 
 
-def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Path | None = None,
-                   model_id: str | None = None, identity: str | None = None, text_identity: str | None = None,
-                   default_text_tokens: int | None = None, installed: bool = False) -> Any:
+def _load_embedder(model_dir: Path, **options: Any) -> Any:
+    """engine/models/hf_dual_encoder.py's load_folder_embedder: an installed model runs compute="fast"
+    (SDPA and, on CPUs with native bf16, bf16 towers: engine/backends/blip/embedder.py)."""
     try:
         from engine.backends.blip.embedder import BlipEmbedder
     except ImportError as e:
         raise ModelError(f"the BLIP backend is not available in this build: {e}") from e
-    model_dir = Path(model_dir)
-    if not installed:
-        return BlipEmbedder(model_dir, device=device, text_tower_dir=text_tower_dir, model_id=model_id)
-    if text_tower_dir is None and (model_dir / "text_tower" / "text_tower.json").is_file():
-        # An imported paragraph-trained text tower travels inside the model folder.
-        text_tower_dir = model_dir / "text_tower"
-    # compute="fast": SDPA and, on CPUs with native bf16, bf16 towers (engine/backends/blip/embedder.py).
-    kwargs: dict[str, Any] = {"device": device, "text_tower_dir": text_tower_dir, "model_id": model_id,
-                              "compute": "fast", "identity": identity, "text_identity": text_identity}
-    if default_text_tokens is not None:
-        kwargs["default_text_tokens"] = default_text_tokens
-    return BlipEmbedder(model_dir, **kwargs)
+    from engine.models.hf_dual_encoder import load_folder_embedder
+
+    return load_folder_embedder(BlipEmbedder, model_dir, **options)
 
 
 def _make_grounder(embedder: Any, calibration: Any, *, method: str | None = None, **options: Any) -> Any:

@@ -19,7 +19,6 @@ tests compare both.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -27,36 +26,26 @@ import torch.nn.functional as F
 
 # Shared with the other backends' fast paths; re-exported here for BLIP's callers.
 from engine.models.device import cpu_supports_bf16, intra_op_threads
+from engine.models.hf_dual_encoder import ReducedPrecisionTowers
 
 __all__ = ["FastBlipTowers", "cpu_supports_bf16", "intra_op_threads"]
 
-class FastBlipTowers:
+
+class FastBlipTowers(ReducedPrecisionTowers):
     """Projected, not yet normalised [CLS] features of BlipForImageTextRetrieval's vision and
     text towers, computed with SDPA in `weight_dtype` (None: the model's own dtype)."""
 
-    def __init__(self, model: Any, *, weight_dtype: torch.dtype | None = None) -> None:
-        self.model = model
-        self.weight_dtype = weight_dtype
-        self._vision: tuple[Any, Any] | None = None
-        self._text: tuple[Any, Any] | None = None
+    def vision_parts(self) -> tuple[Any, Any]:
+        return self.model.vision_model, self.model.vision_proj
 
-    def refresh(self) -> None:
-        """Forget the reduced-precision copies; the next call copies the current weights."""
-        self._vision = self._text = None
-
-    def _cast(self, *modules: Any) -> tuple[Any, ...]:
-        dtype = self.weight_dtype
-        if dtype is None or all(p.dtype == dtype for m in modules for p in m.parameters()):
-            return modules
-        return tuple(copy.deepcopy(m).to(dtype).eval() for m in modules)
+    def text_parts(self) -> tuple[Any, Any]:
+        return self.model.text_encoder, self.model.text_proj
 
     # ------------------------------------------------------------------ vision
 
     def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """(N, 3, S, S) pixels on the model's device -> (N, dim) float32 projected [CLS]."""
-        if self._vision is None:
-            self._vision = self._cast(self.model.vision_model, self.model.vision_proj)
-        vm, proj = self._vision
+        vm, proj = self.vision()
         h = vm.embeddings(pixels.to(proj.weight.dtype))
         layers = vm.encoder.layers
         last = len(layers) - 1
@@ -69,9 +58,7 @@ class FastBlipTowers:
     def text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Token ids and 0/1 mask (N, L) -> (N, dim) float32 projected [CLS] of the unimodal
         text encoder (no cross-attention), as transformers computes it."""
-        if self._text is None:
-            self._text = self._cast(self.model.text_encoder, self.model.text_proj)
-        tm, proj = self._text
+        tm, proj = self.text()
         # A boolean "may attend" mask broadcast over heads and queries; None when nothing is
         # padded (the single-query case), which lets SDPA pick its fastest kernel.
         mask = None

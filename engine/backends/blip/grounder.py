@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.grounding.base import Analysis, BaseGrounder
+from engine.grounding.base import Analysis, BaseGrounder, claims_and_sentences
 from engine.grounding.calibration import Calibration, sigmoid
 from engine.grounding.chunking import Chunking
 from engine.grounding.maps import normalise
@@ -198,8 +198,7 @@ class BlipGrounder(BaseGrounder):
     # -- analysis --------------------------------------------------------------------------
     def _analyse(self, feats: BlipImageFeatures, text: str, chunking: Chunking) -> Analysis:
         phrases = chunking.phrases
-        sentences = [text[s:e] for s, e in chunking.sentences]
-        claims = [p.claim for p in phrases]
+        claims, sentences = claims_and_sentences(text, chunking)
         maps = np.zeros((len(phrases), self.grid, self.grid), np.float32)
         if self.itm:
             scores = self.itm_logits(feats, claims + sentences)

@@ -12,80 +12,32 @@ Nothing imports this module at `engine` import time (torch and transformers load
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.nn import functional as F
 
 from engine.backends.blip.embedder import BlipEmbedder, save_text_tower
-from engine.models.device import autocast, training_autocast_dtype
-
-if TYPE_CHECKING:
-    from engine.training.configs import TrainConfig
-
-TRAINING_INFO = "training.json"
+from engine.models.hf_dual_encoder import HfTextTowerAdapter
 
 
-class BlipAdapter:
+class BlipAdapter(HfTextTowerAdapter):
     """Train a BLIP text tower with the Trainer; see the module docstring."""
 
-    def __init__(self, embedder: BlipEmbedder, *, amp: bool = True) -> None:
-        if embedder.torch_dtype != torch.float32:
-            # Optimiser updates of 1e-5 vanish in fp16/bf16 weights: master weights must be fp32.
-            raise ValueError("train on a BlipEmbedder loaded with dtype='float32'")
-        self.embedder = embedder
-        self.model = embedder.model
-        self.device = embedder.device
-        self.amp_dtype = training_autocast_dtype(self.device) if amp else None
-        self._log_scale: torch.nn.Parameter | None = None
+    embedder_class = BlipEmbedder
 
-    @classmethod
-    def from_checkpoint(
-        cls,
-        checkpoint_dir: Path,
-        *,
-        device: str = "auto",
-        text_tower_dir: Path | None = None,
-        model_id: str | None = None,
-        amp: bool = True,
-    ) -> BlipAdapter:
-        """Load a BLIP folder in float32 (optionally with a text tower to continue from)."""
-        embedder = BlipEmbedder(Path(checkpoint_dir), device=device, dtype="float32",
-                                text_tower_dir=text_tower_dir, model_id=model_id)
-        return cls(embedder, amp=amp)
+    def text_modules(self) -> list[Any]:
+        return [self.model.text_encoder, self.model.text_proj]
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        return autocast(self.device, self.amp_dtype)
+    def vision_modules(self) -> list[Any]:
+        return [self.model.vision_model, self.model.vision_proj]
 
-    # -- DualEncoderAdapter ------------------------------------------------------
-    def trainable_parameters(self, train_vision: bool, learn_temperature: bool) -> list[torch.nn.Parameter]:
-        m = self.model
-        params = list(m.text_encoder.parameters()) + list(m.text_proj.parameters())
-        if train_vision:
-            params += list(m.vision_model.parameters()) + list(m.vision_proj.parameters())
-        for p in m.parameters():
-            p.requires_grad_(False)
-        for p in params:
-            p.requires_grad_(True)
-        if learn_temperature:
-            # BlipForImageTextRetrieval has no temperature of its own; BLIP starts from τ = 0.07.
-            if self._log_scale is None:
-                self._log_scale = torch.nn.Parameter(torch.tensor(math.log(1 / 0.07), device=self.device))
-            params.append(self._log_scale)
-        return params
-
-    def train_mode(self, train_vision: bool) -> None:
-        self.model.eval()  # the ITM head and (frozen) vision tower keep inference behaviour
-        self.model.text_encoder.train()
-        self.model.text_proj.train()
-        if train_vision:
-            self.model.vision_model.train()
-            self.model.vision_proj.train()
+    def initial_log_scale(self) -> float:
+        # BlipForImageTextRetrieval has no temperature of its own; BLIP starts from τ = 0.07.
+        return math.log(1 / 0.07)
 
     def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
         with self._autocast():
@@ -128,22 +80,8 @@ class BlipAdapter:
         phrases, valid = pool_phrases(tokens, texts, offsets)
         return F.normalize(tokens[:, 0], dim=-1), phrases, valid
 
-    def logit_scale(self, cfg: TrainConfig) -> torch.Tensor:
-        if cfg.learn_temperature and self._log_scale is not None:
-            return self._log_scale.exp().clamp(max=100.0)
-        return torch.tensor(1.0 / cfg.temperature, device=self.device)
-
-    def save(self, out_dir: Path, cfg: TrainConfig, *, text_only: bool, extra: dict) -> Path:
-        from engine.fileutil import atomic_write_text
-
-        out_dir = Path(out_dir)
-        info: dict[str, Any] = {"training": cfg.to_dict(), "base_model_id": self.embedder.model_id, **extra}
-        if text_only:
-            save_text_tower(self.model, out_dir, cfg.name, base_model_id=self.embedder.model_id)
-        else:
-            self._save_full(out_dir)
-        atomic_write_text(out_dir / TRAINING_INFO, json.dumps(info, indent=2, default=str) + "\n")
-        return out_dir
+    def save_text_tower(self, out_dir: Path, name: str) -> None:
+        save_text_tower(self.model, out_dir, name, base_model_id=self.embedder.model_id)
 
     def _save_full(self, out_dir: Path) -> None:
         """Both towers trained: a complete Hugging Face folder (config, weights, tokenizer)."""
@@ -159,23 +97,13 @@ class BlipAdapter:
             shutil.copyfile(pre, out_dir / pre.name)
 
 
-def make_adapter(folder: Path, *, device: str = "auto", init_text_tower: Path | None = None,
-                 model_id: str = "", amp: bool = True) -> BlipAdapter:
-    """A trainable adapter on the folder's weights (float32), optionally starting from a text tower."""
-    return BlipAdapter.from_checkpoint(folder, device=device, text_tower_dir=init_text_tower,
-                                       model_id=model_id or None, amp=amp)
+# The backend's make_training_adapter hook (engine/models/backend.py).
+make_adapter = BlipAdapter.for_training
 
 
 def embed_training_scenes(folder: Path, scenes: Sequence[Any], device: str) -> Any:
     """Frozen image embeddings (N, D) of SceneWorld training scenes, rendered at the size the
     evaluation renders them for this model."""
-    import numpy as np
+    from engine.evaluation.sceneworld import embed_rendered_scenes
 
-    from engine.evaluation.sceneworld import render_size_for
-    from engine.sceneworld import render_scene
-
-    emb = BlipEmbedder(folder, device=device)
-    size = render_size_for(emb)
-    parts = [emb.encode_images([render_scene(s, size)[0] for s in scenes[i : i + 64]])
-             for i in range(0, len(scenes), 64)]
-    return np.concatenate(parts)
+    return embed_rendered_scenes(BlipEmbedder(folder, device=device), scenes)

@@ -42,22 +42,15 @@ def _detect(folder: Path) -> bool:
         return False
 
 
-def _load_embedder(model_dir: Path, *, device: str = "auto", text_tower_dir: Path | None = None,
-                   model_id: str | None = None, identity: str | None = None, text_identity: str | None = None,
-                   default_text_tokens: int | None = None, installed: bool = False) -> Any:
+def _load_embedder(model_dir: Path, **options: Any) -> Any:
+    """engine/models/hf_dual_encoder.py's load_folder_embedder, as BLIP's."""
     try:
         from engine.backends.clip.embedder import ClipEmbedder
     except ImportError as e:
         raise ModelError(f"the CLIP backend is not available in this build: {e}") from e
-    model_dir = Path(model_dir)
-    if not installed:
-        return ClipEmbedder(model_dir, device=device, model_id=model_id, text_tower_dir=text_tower_dir)
-    if text_tower_dir is None and (model_dir / "text_tower" / "text_tower.json").is_file():
-        # An imported paragraph-trained text tower travels inside the model folder (as BLIP's).
-        text_tower_dir = model_dir / "text_tower"
-    return ClipEmbedder(model_dir, device=device, model_id=model_id, compute="fast", identity=identity,
-                        text_identity=text_identity, default_text_tokens=default_text_tokens,
-                        text_tower_dir=text_tower_dir)
+    from engine.models.hf_dual_encoder import load_folder_embedder
+
+    return load_folder_embedder(ClipEmbedder, model_dir, **options)
 
 
 def _import_config_check(cfg: dict[str, Any]) -> None:

@@ -19,11 +19,12 @@ get_image_features/get_text_features; the tests compare both.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from engine.models.hf_dual_encoder import ReducedPrecisionTowers
 
 __all__ = ["FastClipTowers", "pooled_positions"]
 
@@ -36,34 +37,25 @@ def pooled_positions(input_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor
     return (ids == eos_token_id).int().argmax(dim=-1)
 
 
-class FastClipTowers:
+class FastClipTowers(ReducedPrecisionTowers):
     """Projected, not yet normalised features of a CLIPModel, computed with SDPA in
     `weight_dtype` (None: the model's own dtype)."""
 
     def __init__(self, model: Any, *, weight_dtype: torch.dtype | None = None) -> None:
-        self.model = model
-        self.weight_dtype = weight_dtype
+        super().__init__(model, weight_dtype=weight_dtype)
         self.eos_token_id = int(model.config.text_config.eos_token_id)
-        self._vision: tuple[Any, Any] | None = None
-        self._text: tuple[Any, Any] | None = None
 
-    def refresh(self) -> None:
-        """Forget the reduced-precision copies; the next call copies the current weights."""
-        self._vision = self._text = None
+    def vision_parts(self) -> tuple[Any, Any]:
+        return self.model.vision_model, self.model.visual_projection
 
-    def _cast(self, *modules: Any) -> tuple[Any, ...]:
-        dtype = self.weight_dtype
-        if dtype is None or all(p.dtype == dtype for m in modules for p in m.parameters()):
-            return modules
-        return tuple(copy.deepcopy(m).to(dtype).eval() for m in modules)
+    def text_parts(self) -> tuple[Any, Any]:
+        return self.model.text_model, self.model.text_projection
 
     # ------------------------------------------------------------------ vision
 
     def image_features(self, pixels: torch.Tensor) -> torch.Tensor:
         """(N, 3, S, S) pixels on the model's device -> (N, dim) float32 projected [CLS]."""
-        if self._vision is None:
-            self._vision = self._cast(self.model.vision_model, self.model.visual_projection)
-        vm, proj = self._vision
+        vm, proj = self.vision()
         h = vm.pre_layrnorm(vm.embeddings(pixels.to(proj.weight.dtype)))
         layers = vm.encoder.layers
         last = len(layers) - 1
@@ -76,9 +68,7 @@ class FastClipTowers:
 
     def text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Token ids and 0/1 mask (N, L) -> (N, dim) float32 projected pooled states."""
-        if self._text is None:
-            self._text = self._cast(self.model.text_model, self.model.text_projection)
-        tm, proj = self._text
+        tm, proj = self.text()
         b, t = input_ids.shape
         pooled = pooled_positions(input_ids, self.eos_token_id).long()
         mask = None
@@ -98,9 +88,7 @@ class FastClipTowers:
     def text_token_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """As text_features, for every token: (N, L, dim) float32 projected states after
         final_layer_norm, the last layer computed for all rows (phrase embeddings read them)."""
-        if self._text is None:
-            self._text = self._cast(self.model.text_model, self.model.text_projection)
-        tm, proj = self._text
+        tm, proj = self.text()
         t = input_ids.shape[1]
         mask = None
         if not bool(attention_mask.all()):

@@ -52,10 +52,10 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import LonglensError
-from engine.grounding.base import Analysis, BaseGrounder, predicate_of
+from engine.grounding.base import Analysis, BaseGrounder, claims_and_sentences, map_relation
 from engine.grounding.calibration import Calibration, sigmoid
 from engine.grounding.chunking import Chunking
-from engine.grounding.maps import normalise, relation_geometry
+from engine.grounding.maps import normalise
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -197,14 +197,6 @@ class ClipGrounder(BaseGrounder):
         p = self.model.visual_projection(self.vision.post_layernorm(patches))[0]
         return ClipImageFeatures(h, F.normalize(p.float(), dim=-1), F.normalize(g[0].float(), dim=-1), pixels)
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.embedder.dim), np.float32)
-        uniq = list(dict.fromkeys(texts))
-        enc = self.embedder.encode_texts(uniq)
-        lookup = {t: i for i, t in enumerate(uniq)}
-        return enc[[lookup[t] for t in texts]]
-
     def value_maps(self, feats: ClipImageFeatures, text_emb: np.ndarray) -> np.ndarray:
         """(k, grid, grid) cosines of k normalised text embeddings with the value-path patches."""
         t = torch.from_numpy(np.asarray(text_emb, np.float32)).to(feats.patch_feats.device)
@@ -237,9 +229,8 @@ class ClipGrounder(BaseGrounder):
     # -- analysis --------------------------------------------------------------------------
     def _analyse(self, feats: ClipImageFeatures, text: str, chunking: Chunking) -> Analysis:
         phrases = chunking.phrases
-        sentences = [text[s:e] for s, e in chunking.sentences]
-        claims = [p.claim for p in phrases]
-        emb = self._encode(claims + sentences)
+        claims, sentences = claims_and_sentences(text, chunking)
+        emb = self.embed_texts(claims + sentences)
         ph_emb, sent_emb = emb[: len(claims)], emb[len(claims):]
         g = feats.global_feat.cpu().numpy()
         ph_cos = ph_emb @ g if len(ph_emb) else np.zeros(0, np.float32)
@@ -264,11 +255,7 @@ class ClipGrounder(BaseGrounder):
         for i, p in enumerate(phrases):
             if p.kind == "relation":
                 levels.append("relation")
-                geo = 0.0
-                if len(p.args) == 2:
-                    maps[i] = normalise(maps[p.args[0]] + maps[p.args[1]])
-                    geo = relation_geometry(predicate_of(p.text), value_norm[p.args[0]], value_norm[p.args[1]])
-                x.append([float(geo), float(ph_cos[i])])
+                x.append([float(map_relation(maps, i, p, value_norm)), float(ph_cos[i])])
             else:
                 levels.append("phrase")
                 x.append([float(ph_cos[i]), float(patch_max[i])])

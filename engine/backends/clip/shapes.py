@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelError, ModelIntegrityError
-from engine.models.weights import check_layer_counts, check_meta_model_fits, safetensors_shapes
+from engine.models.weights import check_config_fits_weights
 
-MAX_WEIGHT_INDEX_BYTES = 64 * 1024 * 1024
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 _SUB_CONFIGS = ("vision_config", "text_config")
 
@@ -56,45 +55,20 @@ def check_clip_config_dict(cfg: dict[str, Any]) -> None:
         raise ModelError(f"config.json says model_type={model_type!r}: {why}")
 
 
-def clip_weight_files(folder: Path) -> list[str]:
-    """model.safetensors, or the shards its index lists."""
-    from engine.fileutil import read_user_text
-
-    folder = Path(folder)
-    if (folder / "model.safetensors").is_file():
-        return ["model.safetensors"]
-    index = folder / "model.safetensors.index.json"
-    try:
-        weight_map = json.loads(read_user_text(index, max_bytes=MAX_WEIGHT_INDEX_BYTES))["weight_map"]
-        return sorted(set(weight_map.values()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ModelIntegrityError(f"{index} is unreadable: {e}") from None
-
-
 def check_clip_config_fits_weights(folder: Path, config: Any | None = None,
                                    weight_files: list[str] | None = None) -> None:
     """Refuse (ModelIntegrityError naming the key and both shapes) a config its weights do not fit."""
-    import torch
     from transformers import CLIPConfig, CLIPModel
 
-    folder = Path(folder)
-    shapes = safetensors_shapes(folder, weight_files or clip_weight_files(folder))
-    if config is None:
-        try:
-            config = CLIPConfig.from_pretrained(str(folder), local_files_only=True)
-        except Exception as exc:  # transformers raises OSError/ValueError/TypeError for bad configs
-            raise ModelIntegrityError(f"{folder / 'config.json'} is not a CLIP config: {exc}") from exc
+    check_config_fits_weights(folder, config, weight_files, family="CLIP", config_class=CLIPConfig,
+                              model_class=CLIPModel, check_config=_check_heads_divide)
+
+
+def _check_heads_divide(config: Any) -> None:
+    """Each tower's num_attention_heads divides its hidden_size (the message names both fields)."""
     for sub in _SUB_CONFIGS:
         part = getattr(config, sub, None)
         hidden, heads = getattr(part, "hidden_size", None), getattr(part, "num_attention_heads", None)
         if not (isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads == 0):
             raise ModelIntegrityError(f"config.json: {sub}.num_attention_heads = {heads!r} does not divide "
                                       f"hidden_size = {hidden!r}; nothing was loaded")
-    check_layer_counts({f"{sub}.num_hidden_layers": getattr(getattr(config, sub, None), "num_hidden_layers", None)
-                        for sub in _SUB_CONFIGS}, shapes, "config.json")
-    try:
-        with torch.device("meta"):
-            model = CLIPModel(config)
-    except Exception as exc:  # inconsistent numbers (e.g. heads not dividing the hidden size)
-        raise ModelIntegrityError(f"config.json does not describe a buildable CLIP model: {exc}") from exc
-    check_meta_model_fits(model, shapes, f"config.json of {folder}")

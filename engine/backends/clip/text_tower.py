@@ -14,13 +14,19 @@ position rows are trained as they are; nothing is re-stretched.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.models.hf_dual_encoder import (
+    arch_hash,
+    copy_tower_tensors,
+    read_tower_tensors,
+    text_transformer_arch,
+    tower_misfits,
+)
 
 TEXT_TOWER_WEIGHTS = "text_tower.safetensors"
 TEXT_TOWER_META = "text_tower.json"
@@ -34,22 +40,12 @@ MAX_META_BYTES = 1024 * 1024
 def text_tower_arch(config: Any) -> dict[str, Any]:
     """The config values that fix the text tower's tensors and its pooling."""
     text = config.text_config
-    return {
-        "text_hidden_size": int(text.hidden_size),
-        "text_num_hidden_layers": int(text.num_hidden_layers),
-        "text_num_attention_heads": int(text.num_attention_heads),
-        "text_intermediate_size": int(text.intermediate_size),
-        "vocab_size": int(text.vocab_size),
-        "max_position_embeddings": int(text.max_position_embeddings),
-        "eos_token_id": int(text.eos_token_id),
-        "hidden_act": str(text.hidden_act),
-        "projection_dim": int(config.projection_dim),
-    }
+    return {**text_transformer_arch(text), "eos_token_id": int(text.eos_token_id), "hidden_act": str(text.hidden_act),
+            "projection_dim": int(config.projection_dim)}
 
 
 def text_tower_arch_hash(config: Any) -> str:
-    blob = json.dumps(text_tower_arch(config), sort_keys=True).encode("utf-8")
-    return hashlib.sha256(blob).hexdigest()[:16]
+    return arch_hash(text_tower_arch(config))
 
 
 def text_tower_parameters(model: Any) -> dict[str, Any]:
@@ -119,9 +115,6 @@ def read_text_tower_meta(folder: Path) -> dict[str, Any]:
 
 def load_text_tower(model: Any, folder: Path, model_id: str) -> str:
     """Copy a tower's tensors into `model` (a CLIPModel) after checking they fit; returns its name."""
-    import torch
-    from safetensors import safe_open
-
     folder = Path(folder)
     meta = read_text_tower_meta(folder)
     mine = text_tower_arch(model.config)
@@ -131,21 +124,11 @@ def load_text_tower(model: Any, folder: Path, model_id: str) -> str:
         raise ModelError(f"text tower {folder} was trained for another CLIP text architecture than {model_id}: "
                          f"{'; '.join(diffs) or 'its architecture record does not match'}")
     own = text_tower_parameters(model)
-    weights = folder / TEXT_TOWER_WEIGHTS
-    try:
-        with safe_open(str(weights), framework="pt") as fh:
-            tensors = {key: fh.get_tensor(key) for key in fh.keys()}
-    except Exception as exc:  # safetensors raises its own error types for bad headers
-        raise ModelIntegrityError(f"{weights} is unreadable: {exc}") from None
-    foreign = sorted(k for k in tensors if k not in own)
-    missing = sorted(k for k in own if k not in tensors)
-    wrong = sorted(f"{k} {tuple(tensors[k].shape)} != {tuple(own[k].shape)}"
-                   for k in tensors if k in own and tuple(tensors[k].shape) != tuple(own[k].shape))
+    tensors = read_tower_tensors(folder / TEXT_TOWER_WEIGHTS)
+    foreign, missing, wrong = tower_misfits(tensors, own)
     if foreign or missing or wrong:
         details = [f"{what}: {', '.join(keys[:3])}" for what, keys in
                    (("unknown tensors", foreign), ("missing tensors", missing), ("wrong shapes", wrong)) if keys]
         raise ModelError(f"text tower {folder} does not fit {model_id} ({'; '.join(details)})")
-    with torch.no_grad():
-        for key, value in tensors.items():
-            own[key].copy_(value.to(device=own[key].device, dtype=own[key].dtype))
+    copy_tower_tensors(own, tensors)
     return str(meta.get("name") or folder.name)

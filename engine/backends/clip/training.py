@@ -14,13 +14,11 @@ Nothing imports this module at `engine` import time (torch and transformers load
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -28,69 +26,32 @@ from torch.nn import functional as F
 from engine.backends.clip.embedder import ClipEmbedder
 from engine.backends.clip.text_tower import save_text_tower
 from engine.errors import ModelError
-from engine.models.device import autocast, training_autocast_dtype
+from engine.models.hf_dual_encoder import MAX_LOGIT_SCALE, HfTextTowerAdapter
 
-if TYPE_CHECKING:
-    from engine.training.configs import TrainConfig
-
-TRAINING_INFO = "training.json"
 # What a full (both towers trained) save copies from the base folder beside config and weights.
 _FOLDER_EXTRAS = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
                   "preprocessor_config.json")
-_MAX_LOGIT_SCALE = 100.0
 
 
-class ClipAdapter:
+class ClipAdapter(HfTextTowerAdapter):
     """Train a CLIP text tower with the Trainer; see the module docstring."""
 
+    embedder_class = ClipEmbedder
+
     def __init__(self, embedder: ClipEmbedder, *, amp: bool = True) -> None:
-        if embedder.torch_dtype != torch.float32:
-            # Optimiser updates of 1e-5 vanish in fp16/bf16 weights: master weights must be fp32.
-            raise ValueError("train on a ClipEmbedder loaded with dtype='float32'")
+        super().__init__(embedder, amp=amp)
         if embedder.compute == "fast" and embedder.compute_dtype != "float32":
             raise ValueError("train on a ClipEmbedder with compute='exact' (the fast path's bf16 copies get no gradients)")
-        self.embedder = embedder
-        self.model = embedder.model
-        self.device = embedder.device
-        self.amp_dtype = training_autocast_dtype(self.device) if amp else None
-        self._log_scale: torch.nn.Parameter | None = None
 
-    @classmethod
-    def from_checkpoint(cls, checkpoint_dir: Path, *, device: str = "auto", text_tower_dir: Path | None = None,
-                        model_id: str | None = None, amp: bool = True) -> ClipAdapter:
-        """Load a CLIP folder in float32 (optionally with a text tower to continue from)."""
-        embedder = ClipEmbedder(Path(checkpoint_dir), device=device, dtype="float32", compute="exact",
-                                text_tower_dir=text_tower_dir, model_id=model_id)
-        return cls(embedder, amp=amp)
+    def text_modules(self) -> list[Any]:
+        return [self.model.text_model, self.model.text_projection]
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        return autocast(self.device, self.amp_dtype)
+    def vision_modules(self) -> list[Any]:
+        return [self.model.vision_model, self.model.visual_projection]
 
-    # -- DualEncoderAdapter ------------------------------------------------------
-    def trainable_parameters(self, train_vision: bool, learn_temperature: bool) -> list[torch.nn.Parameter]:
-        m = self.model
-        params = list(m.text_model.parameters()) + list(m.text_projection.parameters())
-        if train_vision:
-            params += list(m.vision_model.parameters()) + list(m.visual_projection.parameters())
-        for p in m.parameters():
-            p.requires_grad_(False)
-        for p in params:
-            p.requires_grad_(True)
-        if learn_temperature:
-            # CLIP learned its own temperature: start from it (capped as CLIP's training caps it).
-            if self._log_scale is None:
-                start = min(float(m.logit_scale.detach().float()), math.log(_MAX_LOGIT_SCALE))
-                self._log_scale = torch.nn.Parameter(torch.tensor(start, device=self.device))
-            params.append(self._log_scale)
-        return params
-
-    def train_mode(self, train_vision: bool) -> None:
-        self.model.eval()  # the frozen vision tower keeps inference behaviour
-        self.model.text_model.train()
-        self.model.text_projection.train()
-        if train_vision:
-            self.model.vision_model.train()
-            self.model.visual_projection.train()
+    def initial_log_scale(self) -> float:
+        # CLIP learned its own temperature: start from it (capped as CLIP's training caps it).
+        return min(float(self.model.logit_scale.detach().float()), math.log(MAX_LOGIT_SCALE))
 
     def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
         with self._autocast():
@@ -142,23 +103,11 @@ class ClipAdapter:
         phrases, valid = pool_phrases(tokens, texts, offsets)
         return F.normalize(glob, dim=-1), phrases, valid
 
-    def logit_scale(self, cfg: TrainConfig) -> torch.Tensor:
-        if cfg.learn_temperature and self._log_scale is not None:
-            return self._log_scale.exp().clamp(max=_MAX_LOGIT_SCALE)
-        return torch.tensor(1.0 / cfg.temperature, device=self.device)
+    def training_info(self) -> dict[str, Any]:
+        return {"max_text_tokens": self.embedder.max_text_tokens}
 
-    def save(self, out_dir: Path, cfg: TrainConfig, *, text_only: bool, extra: dict) -> Path:
-        from engine.fileutil import atomic_write_text
-
-        out_dir = Path(out_dir)
-        info: dict[str, Any] = {"training": cfg.to_dict(), "base_model_id": self.embedder.model_id,
-                                "max_text_tokens": self.embedder.max_text_tokens, **extra}
-        if text_only:
-            save_text_tower(self.model, out_dir, cfg.name, base_model_id=self.embedder.model_id)
-        else:
-            self._save_full(out_dir)
-        atomic_write_text(out_dir / TRAINING_INFO, json.dumps(info, indent=2, default=str) + "\n")
-        return out_dir
+    def save_text_tower(self, out_dir: Path, name: str) -> None:
+        save_text_tower(self.model, out_dir, name, base_model_id=self.embedder.model_id)
 
     def _save_full(self, out_dir: Path) -> None:
         """Both towers trained: a complete CLIPModel folder (config, weights, tokenizer, preprocessing)."""
@@ -173,23 +122,13 @@ class ClipAdapter:
                 shutil.copyfile(src, out_dir / name)
 
 
-def make_adapter(folder: Path, *, device: str = "auto", init_text_tower: Path | None = None,
-                 model_id: str = "", amp: bool = True) -> ClipAdapter:
-    """A trainable adapter on the folder's weights (float32), optionally starting from a text tower."""
-    return ClipAdapter.from_checkpoint(folder, device=device, text_tower_dir=init_text_tower,
-                                       model_id=model_id or None, amp=amp)
+# The backend's make_training_adapter hook (engine/models/backend.py).
+make_adapter = ClipAdapter.for_training
 
 
 def embed_training_scenes(folder: Path, scenes: Sequence[Any], device: str) -> Any:
     """Frozen image embeddings (N, D) of SceneWorld training scenes, rendered at the size the
     evaluation renders them for this model."""
-    import numpy as np
+    from engine.evaluation.sceneworld import embed_rendered_scenes
 
-    from engine.evaluation.sceneworld import render_size_for
-    from engine.sceneworld import render_scene
-
-    emb = ClipEmbedder(Path(folder), device=device)
-    size = render_size_for(emb)
-    parts = [emb.encode_images([render_scene(s, size)[0] for s in scenes[i : i + 64]])
-             for i in range(0, len(scenes), 64)]
-    return np.concatenate(parts) if parts else np.zeros((0, emb.dim), dtype=np.float32)
+    return embed_rendered_scenes(ClipEmbedder(Path(folder), device=device), scenes)

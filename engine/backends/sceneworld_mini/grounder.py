@@ -39,10 +39,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.grounding.base import Analysis, BaseGrounder, predicate_of
+from engine.grounding.base import Analysis, BaseGrounder, claims_and_sentences, map_relation
 from engine.grounding.calibration import Calibration, sigmoid
 from engine.grounding.chunking import Chunking, chunk
-from engine.grounding.maps import normalise, relation_geometry
+from engine.grounding.maps import normalise
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -207,14 +207,6 @@ class MiniGrounder(BaseGrounder):
         probs = torch.sigmoid(logits).transpose(0, 1).cpu().numpy()  # (S, k, g, g)
         return self._unshift(probs), best
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.embedder.dim), np.float32)
-        uniq = list(dict.fromkeys(texts))
-        enc = self.embedder.encode_texts(uniq)
-        lookup = {t: i for i, t in enumerate(uniq)}
-        return enc[[lookup[t] for t in texts]]
-
     def phrase_maps(self, feats: MiniImageFeatures, text_emb: np.ndarray, prior: str = "text_prior") -> np.ndarray:
         """(k, MAP_GRID, MAP_GRID) raw maps for k text embeddings (not normalised), minus `prior`."""
         if self.kind == "gradcam":
@@ -267,9 +259,8 @@ class MiniGrounder(BaseGrounder):
     # -- analysis --------------------------------------------------------------------------
     def _analyse(self, feats: MiniImageFeatures, text: str, chunking: Chunking) -> Analysis:
         phrases = chunking.phrases
-        sentences = [text[s:e] for s, e in chunking.sentences]
-        claims = [p.claim for p in phrases]
-        emb = self._encode(claims + sentences)
+        claims, sentences = claims_and_sentences(text, chunking)
+        emb = self.embed_texts(claims + sentences)
         ph_emb, sent_emb = emb[: len(claims)], emb[len(claims):]
         mu = self._stat("image_mean")
         debiased = lambda e: (e @ feats.global_emb - e @ mu) if len(e) else np.zeros(0)  # noqa: E731
@@ -299,11 +290,7 @@ class MiniGrounder(BaseGrounder):
         for i, p in enumerate(phrases):
             if p.kind == "relation":
                 levels.append("relation")
-                geo = 0.0
-                if len(p.args) == 2:
-                    maps[i] = normalise(maps[p.args[0]] + maps[p.args[1]])
-                    geo = relation_geometry(predicate_of(p.text), maps[p.args[0]], maps[p.args[1]])
-                x.append([geo, float(ph_sim[i])] + ([float(ph_match[i])] if with_matcher else []))
+                x.append([map_relation(maps, i, p, maps), float(ph_sim[i])] + ([float(ph_match[i])] if with_matcher else []))
             else:
                 levels.append("phrase")
                 x.append(([float(ph_match[i])] if with_matcher else [])
