@@ -56,12 +56,12 @@ SHIPPED_TRAINING_SCENES = 20000
 
 
 def train_variant(out_dir: Path, n_train: int, *, seed: int = 0, cfg: MiniConfig = CAFT_CONFIG, log=sys.stderr,
-                  **schedule: int) -> dict:
+                  local_weight: float = LOCAL_WEIGHT, **schedule: int) -> dict:
     """Train the CAFT-style variant (both stages) into out_dir; texts and pictures only.
     `schedule`: epochs_a, epochs_b, batch_size (default: the baseline's)."""
     from engine.training.sceneworld_mini import train
 
-    return train(out_dir, seed=seed, n_train=n_train, cfg=cfg, local_alignment=LOCAL_WEIGHT, log=log, **schedule)
+    return train(out_dir, seed=seed, n_train=n_train, cfg=cfg, local_alignment=local_weight, log=log, **schedule)
 
 
 def train_baseline(out_dir: Path, n_train: int, *, seed: int = 0, log=sys.stderr, **schedule: int) -> dict:
@@ -146,9 +146,15 @@ def _f(x: float | None) -> str:
     return "–" if x is None else f"{x:.3f}"
 
 
+def _is_variant(m: dict) -> bool:
+    # By its architecture: a variant trained with local weight 0 is the architecture alone.
+    return m["local_alignment"] > 0 or (m.get("config") or {}).get("text_pooling") == "part_to_whole"
+
+
 def _model_label(m: dict) -> str:
-    if m["local_alignment"]:
-        return "CAFT-style variant"
+    if _is_variant(m):
+        w = m["local_alignment"]
+        return "CAFT-style variant" + ("" if w == LOCAL_WEIGHT else f" (local weight {w:g})")
     return "sceneworld-mini as shipped" if m["model"].startswith("shipped") else "sceneworld-mini (today's recipe)"
 
 
@@ -163,7 +169,7 @@ def render_tables(rows: Sequence[dict]) -> str:
             "| AUC | attribute | relation | count | object |\n|" + "---|" * 15)
     lines = [head]
     ordered = sorted(rows, key=lambda m: (m["n_train_scenes"] or 0, sum(v or 0 for v in (m.get("epochs") or {}).values()),
-                                          m["local_alignment"] > 0))
+                                          _is_variant(m), m["local_alignment"]))
     for m in ordered:
         r, g = m["retrieval"], m["grounding"]
         e = g["faithfulness_auc_by_error"]
@@ -205,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, required=True, help="folder for the trained models and measurements")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)),
                     help="training-set sizes in scenes, comma-separated (default 2000,6000,20000)")
+    ap.add_argument("--local-weight", type=options.LOCAL_ALIGNMENT, default=LOCAL_WEIGHT,
+                    help=f"the variant's local-loss weight beside the global loss (default {LOCAL_WEIGHT:g}; "
+                         "another weight trains into caft-wW-SIZE)")
     ap.add_argument("--n-retrieval", type=options.SCENES, default=1000)
     ap.add_argument("--n-grounding", type=options.SCENES, default=1000)
     ap.add_argument("--doc", type=Path, help="write the measured tables into this Markdown file's caft-measured section")
@@ -243,15 +252,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"argument --shipped: {args.shipped} has no trained sceneworld-mini ({MODEL_FILE}, {CONFIG_FILE})")
     rows = []
     for kind, n in _models(sizes, kinds):
-        folder = out / f"{kind}-{n}"
+        weighted = kind.startswith("caft") and args.local_weight != LOCAL_WEIGHT
+        folder = out / (f"{kind}-w{args.local_weight:g}-{n}" if weighted else f"{kind}-{n}")
         if not is_trained(folder):
             print(f"training {folder} ({n} scenes)", file=sys.stderr, flush=True)
             if kind == "caft":
-                train_variant(folder, n, **equal_step_schedule(n))
+                train_variant(folder, n, local_weight=args.local_weight, **equal_step_schedule(n))
             elif kind == "shipped":
                 copy_shipped_baseline(args.shipped, folder)
             elif kind == "caft-shipped-schedule":
-                train_variant(folder, n)  # the shipped epochs (12 + 8)
+                train_variant(folder, n, local_weight=args.local_weight)  # the shipped epochs (12 + 8)
             elif kind == "baseline-shipped-schedule":
                 train_baseline(folder, n)
             else:

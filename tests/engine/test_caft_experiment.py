@@ -48,6 +48,7 @@ def test_the_document_gathers_every_measured_model_with_its_epochs(tmp_path, mon
     out = tmp_path / "caft"
     _trained(out / "baseline-6000", _measurement("baseline-6000", 6000, 0.0, (4, 3), 0.41))
     _trained(out / "caft-6000", _measurement("caft-6000", 6000, 1.0, (4, 3), 0.52))  # another process's
+    _trained(out / "caft-w4-6000", _measurement("caft-w4-6000", 6000, 4.0, (4, 3), 0.3))  # another local weight
     _trained(out / "shipped-20000", _measurement("shipped-20000", 20000, 0.0, (12, 8), 0.876))
     monkeypatch.setattr(caft, "measure", lambda *a, **k: pytest.fail("a measured model was measured again"))
     monkeypatch.setattr(caft, "train_baseline", lambda *a, **k: pytest.fail("a trained model was trained again"))
@@ -57,10 +58,11 @@ def test_the_document_gathers_every_measured_model_with_its_epochs(tmp_path, mon
                       "--shipped", str(out / "shipped-20000")]) == 0
     text = doc.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| 6,000") or line.startswith("| 20,000")]
-    assert "kept" in text and len(rows) == 6  # three models, in the table and in the truncation table
+    assert "kept" in text and len(rows) == 8  # four models, in the table and in the truncation table
     assert rows[0].startswith("| 6,000 | 4 + 3 | sceneworld-mini (today's recipe) | 0.410")
     assert rows[1].startswith("| 6,000 | 4 + 3 | CAFT-style variant | 0.520")
-    assert rows[2].startswith("| 20,000 | 12 + 8 | sceneworld-mini as shipped | 0.876")
+    assert rows[2].startswith("| 6,000 | 4 + 3 | CAFT-style variant (local weight 4) | 0.300")
+    assert rows[3].startswith("| 20,000 | 12 + 8 | sceneworld-mini as shipped | 0.876")
 
 
 def test_kinds_are_checked(tmp_path, capsys):
