@@ -41,7 +41,7 @@ def ship(tower_dir: Path, model_dir: Path, name: str, *, licence: str, source: s
     from engine.models.registry import model_identity, read_manifest
 
     if not is_tower_name(name):
-        raise ModelError(f"--name {name!r}: a tower name is one word, without folder separators")
+        raise ModelError(f"tower name {name!r}: a tower name is one word, without folder separators")
     manifest = read_manifest(model_dir)
     image_identity = model_identity(manifest["name"], manifest).image
     _, meta = read_tower_config(tower_dir)
