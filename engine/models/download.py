@@ -94,7 +94,7 @@ _TEXT_TOWER_NAMES = frozenset({"text_tower.safetensors", "text_tower.json"})
 # Query readers bundled with a model (engine/models/text_towers.py): text-towers/NAME/ holding an LM
 # tower folder (engine/models/lm_tower.py: its weights, LM config, tokenizer/ and licence NOTICE).
 _BUNDLED_TOWER_RE = re.compile(
-    r"^text-towers/[A-Za-z0-9][A-Za-z0-9_.-]*/(lm_tower\.json|config\.json|model\.safetensors|NOTICE|"
+    rf"^{re.escape(TEXT_TOWERS_DIR)}/[A-Za-z0-9][A-Za-z0-9_.-]*/(lm_tower\.json|config\.json|model\.safetensors|NOTICE|"
     r"tokenizer/(tokenizer\.json|tokenizer_config\.json|vocab\.txt|vocab\.json|merges\.txt|"
     r"special_tokens_map\.json|added_tokens\.json|tokenizer\.model))$")
 

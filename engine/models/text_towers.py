@@ -21,11 +21,11 @@ from typing import Any
 
 from engine.errors import ModelError
 from engine.fileutil import read_user_text
+from engine.models.lm_text_side import LM_TOWER_MARKER, is_lm_tower_folder
 
 TEXT_TOWERS_DIR = "text-towers"
 #: The key of lm_tower.json that ties a bundled tower to its model's image weights.
 TRAINED_FOR_KEY = "trained_for"
-_MARKERS = ("lm_tower.json",)
 
 
 def bundled_text_towers(model_dir: Path | None) -> dict[str, Path]:
@@ -36,8 +36,7 @@ def bundled_text_towers(model_dir: Path | None) -> dict[str, Path]:
     if not root.is_dir():
         return {}
     return {d.name: d for d in sorted(root.iterdir())
-            if not d.name.startswith(".") and d.is_dir() and not d.is_symlink()
-            and any((d / m).is_file() for m in _MARKERS)}
+            if not d.name.startswith(".") and d.is_dir() and not d.is_symlink() and is_lm_tower_folder(d)}
 
 
 def is_tower_name(value: str | Path) -> bool:
@@ -80,7 +79,7 @@ def check_trained_for(tower_dir: Path, image_identity: str | None, model_name: s
     record nothing, e.g. a user's `longlens train` output, are not checked here)."""
     if image_identity is None:
         return
-    path = Path(tower_dir) / _MARKERS[0]
+    path = Path(tower_dir) / LM_TOWER_MARKER
     try:
         meta = json.loads(read_user_text(path))
     except (OSError, ValueError):
