@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.models.tokenizers import thread_safe
 
 if TYPE_CHECKING:
     import torch
@@ -140,7 +141,8 @@ def load_tokenizer(tokenizer_class: Any, folder: Path, vocab_size: int) -> Any:
     if len(tokenizer) > vocab_size:
         raise ModelIntegrityError(
             f"The tokenizer in {folder} has {len(tokenizer)} entries but the text model only {vocab_size}.")
-    return tokenizer
+    # The embedder that holds it is called from the GUI thread and background jobs at once.
+    return thread_safe(tokenizer)
 
 
 def pixel_lut(*, scale: float, do_rescale: bool, do_normalize: bool, mean: Sequence[float],

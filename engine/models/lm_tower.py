@@ -40,6 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.models.tokenizers import thread_safe
 
 FORMAT = "longlens-lm-tower"
 TOWER_CONFIG_FILE = "lm_tower.json"
@@ -166,7 +167,7 @@ class LMTextTower(nn.Module):
             )
         self.cfg = cfg
         self.lm = lm
-        self.tokenizer = tokenizer
+        self.tokenizer = thread_safe(tokenizer)  # shared by the GUI thread and background jobs
         if cfg.kind == "decoder":
             make_bidirectional(lm)
         self.norm: nn.Module = nn.LayerNorm(hidden) if cfg.proj_norm else nn.Identity()

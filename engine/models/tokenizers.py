@@ -6,7 +6,8 @@ transformers is imported inside the functions: importing this module stays cheap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,57 @@ def build_bert_uncased_tokenizer(vocab_file: Path | None = None) -> BertTokenize
         )
     # transformers 5 ignores vocab_file=...; the vocabulary has to be passed as a mapping.
     return BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=BERT_MAX_TOKENS)
+
+
+class ThreadSafeTokenizer:
+    """A tokenizer that several threads may call at once: every call goes through one lock.
+
+    A fast (Rust) tokenizer keeps padding and truncation as state that each call sets first and
+    reads while it encodes (with the GIL released). Another thread's call in between (the GUI
+    counting a query's tokens while a background job grounds an image) swaps that state under the
+    first: its padding vanishes and the batch cannot become a tensor, or the Rust side raises
+    "Already borrowed". Tokenizing takes milliseconds, so serialising the calls costs nothing a
+    user notices. Attributes are read and set on the wrapped tokenizer.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        object.__setattr__(self, "wrapped", tokenizer)
+        object.__setattr__(self, "_lock", threading.RLock())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self.wrapped(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.wrapped, name)
+        if callable(value) and not isinstance(value, type):
+            return self._locked(value)
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.wrapped, name, value)
+
+    def __len__(self) -> int:
+        return len(self.wrapped)
+
+    def __reduce__(self) -> tuple[type, tuple[Any]]:
+        # A lock cannot be copied or pickled; a copy gets a lock of its own.
+        return ThreadSafeTokenizer, (self.wrapped,)
+
+    def __repr__(self) -> str:
+        return f"ThreadSafeTokenizer({self.wrapped!r})"
+
+    def _locked(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return method(*args, **kwargs)
+
+        return call
+
+
+def thread_safe(tokenizer: Any) -> ThreadSafeTokenizer:
+    """`tokenizer` behind a lock (itself when it already is)."""
+    return tokenizer if isinstance(tokenizer, ThreadSafeTokenizer) else ThreadSafeTokenizer(tokenizer)
 
 
 def tokenize_with_offsets(tokenizer: Any, texts: Sequence[str], max_length: int) -> tuple[Any, Any, np.ndarray]:

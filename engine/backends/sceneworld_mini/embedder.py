@@ -18,6 +18,7 @@ from engine.backends.sceneworld_mini.network import (
     preprocess_images,
 )
 from engine.models.base import l2_normalise
+from engine.models.tokenizers import thread_safe
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -46,7 +47,7 @@ class SceneWorldMiniEmbedder:
         self.model_dir = Path(model_dir)  # grounding keys its calibration on these weights
         self.model = load_model(model_dir, self.device)
         self.cfg = self.model.cfg
-        self.tokenizer = build_tokenizer()
+        self.tokenizer = thread_safe(build_tokenizer())  # shared by the GUI thread and background jobs
         self.model_id = model_id
         self.text_model_id = model_id
         self.text_tower_dir: Path | None = None
