@@ -48,6 +48,8 @@ REFERENCE_SCENES, REFERENCE_EPOCHS = 2000, (12, 8)
 #: (12 + 8, so the steps grow with the data: 6,000 scenes take about an hour per run on 2 cores,
 #: 20,000 about three), only when asked for.
 PER_SIZE_KINDS = ("baseline", "caft", "baseline-shipped-schedule", "caft-shipped-schedule")
+#: The kinds whose steps follow --steps-of (equal_step_schedule).
+EQUAL_STEP_KINDS = ("baseline", "caft")
 KINDS = (*PER_SIZE_KINDS, "shipped")
 DEFAULT_KINDS = ("baseline", "caft", "shipped")
 TRUNCATION_BUDGETS = (20, 40, 60, 80, 100, 128)
@@ -70,12 +72,12 @@ def train_baseline(out_dir: Path, n_train: int, *, seed: int = 0, log=sys.stderr
     return train(out_dir, seed=seed, n_train=n_train, log=log, **schedule)
 
 
-def equal_step_schedule(n_train: int) -> dict[str, int]:
+def equal_step_schedule(n_train: int, steps_of: int = REFERENCE_SCENES) -> dict[str, int]:
     """Epochs of stages (a) and (b) for `n_train` scenes that give about as many optimizer steps as
-    the reference schedule on REFERENCE_SCENES (at least one epoch each): 2,000 -> 12 + 8,
-    6,000 -> 4 + 3, 20,000 -> 1 + 1."""
+    the reference epochs (12 + 8) on `steps_of` scenes (at least one epoch each). With the default
+    2,000: 2,000 -> 12 + 8, 6,000 -> 4 + 3, 20,000 -> 1 + 1; with 6,000: 20,000 -> 4 + 2."""
     a, b = REFERENCE_EPOCHS
-    scale = REFERENCE_SCENES / n_train
+    scale = steps_of / n_train
     return {"epochs_a": max(1, round(a * scale)), "epochs_b": max(1, round(b * scale))}
 
 
@@ -214,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--local-weight", type=options.LOCAL_ALIGNMENT, default=LOCAL_WEIGHT,
                     help=f"the variant's local-loss weight beside the global loss (default {LOCAL_WEIGHT:g}; "
                          "another weight trains into caft-wW-SIZE)")
+    ap.add_argument("--steps-of", type=options.SCENES, default=REFERENCE_SCENES,
+                    help=f"baseline and caft train as many steps as {REFERENCE_EPOCHS[0]} + {REFERENCE_EPOCHS[1]} "
+                         f"epochs on this many scenes (default {REFERENCE_SCENES:,}; another number trains into "
+                         "KIND-SIZE-stepsN)")
     ap.add_argument("--n-retrieval", type=options.SCENES, default=1000)
     ap.add_argument("--n-grounding", type=options.SCENES, default=1000)
     ap.add_argument("--doc", type=Path, help="write the measured tables into this Markdown file's caft-measured section")
@@ -254,10 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for kind, n in _models(sizes, kinds):
         weighted = kind.startswith("caft") and args.local_weight != LOCAL_WEIGHT
         folder = out / (f"{kind}-w{args.local_weight:g}-{n}" if weighted else f"{kind}-{n}")
+        if kind in EQUAL_STEP_KINDS and args.steps_of != REFERENCE_SCENES:
+            folder = folder.with_name(f"{folder.name}-steps{args.steps_of}")
         if not is_trained(folder):
             print(f"training {folder} ({n} scenes)", file=sys.stderr, flush=True)
             if kind == "caft":
-                train_variant(folder, n, local_weight=args.local_weight, **equal_step_schedule(n))
+                train_variant(folder, n, local_weight=args.local_weight, **equal_step_schedule(n, args.steps_of))
             elif kind == "shipped":
                 copy_shipped_baseline(args.shipped, folder)
             elif kind == "caft-shipped-schedule":
@@ -265,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif kind == "baseline-shipped-schedule":
                 train_baseline(folder, n)
             else:
-                train_baseline(folder, n, **equal_step_schedule(n))
+                train_baseline(folder, n, **equal_step_schedule(n, args.steps_of))
         result = folder / "measurement.json"
         if not result.exists():
             m = measure(folder, n_retrieval=args.n_retrieval, n_grounding=args.n_grounding)

@@ -70,3 +70,26 @@ def test_kinds_are_checked(tmp_path, capsys):
         caft.main(["--out", str(tmp_path), "--kinds", "baseline,best"])
     err = capsys.readouterr().err
     assert "--kinds: best is not one of baseline, caft, " in err and "caft-shipped-schedule" in err
+
+
+def test_steps_of_another_size_matches_that_sizes_reference_steps_in_its_own_folder(tmp_path, monkeypatch):
+    """--steps-of 6000: the 20,000-scene pair trains as many steps as 12 + 8 epochs on 6,000 scenes
+    (so it can be set beside the 6,000-scene pair at the shipped epochs), into folders of their own."""
+    schedule = caft.equal_step_schedule(20000, 6000)
+    reference = _steps(6000, dict(zip(("epochs_a", "epochs_b"), caft.REFERENCE_EPOCHS, strict=True)))
+    assert schedule == {"epochs_a": 4, "epochs_b": 2}
+    assert abs(_steps(20000, schedule) - reference) / reference < 0.05
+    trained = []
+
+    def fake_train(folder, n, **kw):
+        trained.append((folder.name, n, kw.get("epochs_a"), kw.get("epochs_b")))
+        _trained(folder, _measurement(folder.name, n, kw.get("local_weight", 0.0), (kw["epochs_a"], kw["epochs_b"]),
+                                      0.5))
+
+    monkeypatch.setattr(caft, "train_baseline", fake_train)
+    monkeypatch.setattr(caft, "train_variant", fake_train)
+    assert caft.main(["--out", str(tmp_path), "--sizes", "20000", "--kinds", "baseline,caft",
+                      "--steps-of", "6000"]) == 0
+    assert trained == [("baseline-20000-steps6000", 20000, 4, 2), ("caft-20000-steps6000", 20000, 4, 2)]
+    with pytest.raises(SystemExit):
+        caft.main(["--out", str(tmp_path), "--steps-of", "0"])
