@@ -99,6 +99,17 @@ def _epochs_of(report: dict) -> dict:
     return {"a": report.get("stage_a", {}).get("epochs"), "b": report.get("stage_b", {}).get("epochs")}
 
 
+def read_measurement(folder: Path) -> dict:
+    """The folder's measurement.json, with the epochs from its training report where it was
+    measured before epochs were recorded."""
+    from engine.fileutil import read_user_text
+
+    row = json.loads(read_user_text(folder / "measurement.json"))
+    if not row.get("epochs") and (folder / CONFIG_FILE).is_file():
+        row["epochs"] = _epochs_of(_training_report(folder))
+    return row
+
+
 def is_trained(folder: Path) -> bool:
     return (folder / MODEL_FILE).is_file() and (folder / CONFIG_FILE).is_file()
 
@@ -248,7 +259,7 @@ def _models(sizes: Sequence[int], kinds: Sequence[str]) -> list[tuple[str, int]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from engine.fileutil import atomic_write_text, read_user_text
+    from engine.fileutil import atomic_write_text
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -278,12 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not result.exists():
             m = measure(folder, n_retrieval=args.n_retrieval, n_grounding=args.n_grounding)
             atomic_write_text(result, json.dumps(m, indent=2))
-        row = json.loads(read_user_text(result))
-        row.setdefault("epochs", _epochs_of(_training_report(folder)))  # measured before epochs were recorded
-        rows.append(row)
+        rows.append(read_measurement(folder))
         print(json.dumps({k: rows[-1][k] for k in ("model", "retrieval")}), flush=True)
     if args.doc:
-        others = [json.loads(read_user_text(f)) for f in sorted(out.glob("*/measurement.json"))
+        others = [read_measurement(f.parent) for f in sorted(out.glob("*/measurement.json"))
                   if f.parent.name not in {r["model"] for r in rows}]
         write_section(args.doc, rows + others, "make caft")
     return 0

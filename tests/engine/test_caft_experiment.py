@@ -93,3 +93,18 @@ def test_steps_of_another_size_matches_that_sizes_reference_steps_in_its_own_fol
     assert trained == [("baseline-20000-steps6000", 20000, 4, 2), ("caft-20000-steps6000", 20000, 4, 2)]
     with pytest.raises(SystemExit):
         caft.main(["--out", str(tmp_path), "--steps-of", "0"])
+
+
+def test_a_model_measured_before_epochs_were_recorded_gets_them_from_its_training_report(tmp_path):
+    """Rows gathered from disk for the document (not measured by this process) show their epochs too."""
+    folder = tmp_path / "baseline-2000"
+    m = _measurement("baseline-2000", 2000, 0.0, (12, 8), 0.065)
+    del m["epochs"]
+    _trained(folder, m)
+    (folder / CONFIG_FILE).write_text(json.dumps({"training_report": {"stage_a": {"epochs": 12},
+                                                                       "stage_b": {"epochs": 8}}}))
+    assert caft.read_measurement(folder)["epochs"] == {"a": 12, "b": 8}
+    doc = tmp_path / "caft.md"
+    doc.write_text("# CAFT\n")
+    caft.write_section(doc, [caft.read_measurement(folder)], "make caft")
+    assert "| 2,000 | 12 + 8 | sceneworld-mini (today's recipe) | 0.065" in doc.read_text()
