@@ -3,8 +3,8 @@
 The desktop app counts a query's tokens on the GUI thread while a background job grounds or
 searches with the same embedder. A fast tokenizer sets padding/truncation as state and then
 encodes with the GIL released: a second call in between used to strip the first one's padding
-("Unable to create tensor ... padding=True", seen in CI). The Rust encoder is slowed down here so
-that the second call always lands inside the first, which makes the race happen every time.
+("Unable to create tensor ... padding=True", seen in CI). The Rust encoder's padded encode is held
+here until the second call's own encode has begun, which makes the race happen every time.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import pickle
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,25 @@ PADDED = ["a red car parked beside the desert with orange dunes and the sand", "
 COUNTED = "the desert with orange dunes, a red car and the sand under a pale sky"
 
 
-class SlowEncoder:
-    """The Rust tokenizer behind a transformers tokenizer, holding every encode open for a moment
-    (sleeping releases the GIL, as the Rust encoder does) and counting how many run at once."""
+#: How long the held encode waits for the other thread's call (it never comes through the lock).
+WAIT_S = 1.0
+
+
+class HeldEncoder:
+    """The Rust tokenizer behind a transformers tokenizer. The first encode made with padding on
+    (the call the race breaks) is held until another thread's encode has started (its padding and
+    truncation already set), or WAIT_S when none can start; every encode is counted, so
+    `most_inside` says how many ran at once. Events, not sleeps: the overlap happens however
+    loaded the machine is."""
 
     def __init__(self, real: Any) -> None:
         object.__setattr__(self, "real", real)
+        object.__setattr__(self, "holding", threading.Event())  # the padded encode is being held
+        object.__setattr__(self, "arrived", threading.Event())  # another thread's encode began
+        object.__setattr__(self, "holder", None)
         object.__setattr__(self, "inside", 0)
         object.__setattr__(self, "most_inside", 0)
+        object.__setattr__(self, "count_lock", threading.Lock())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
@@ -41,43 +51,48 @@ class SlowEncoder:
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self.real, name, value)
 
-    def _held(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        object.__setattr__(self, "inside", self.inside + 1)
-        object.__setattr__(self, "most_inside", max(self.most_inside, self.inside))
-        try:
-            time.sleep(0.02)
-            return getattr(self.real, method)(*args, **kwargs)
-        finally:
-            object.__setattr__(self, "inside", self.inside - 1)
+    def _count(self, step: int) -> None:
+        with self.count_lock:
+            object.__setattr__(self, "inside", self.inside + step)
+            object.__setattr__(self, "most_inside", max(self.most_inside, self.inside))
 
     def encode_batch(self, *args: Any, **kwargs: Any) -> Any:
-        return self._held("encode_batch", *args, **kwargs)
-
-    def encode(self, *args: Any, **kwargs: Any) -> Any:
-        return self._held("encode", *args, **kwargs)
-
-
-def _slowed(tokenizer: Any) -> SlowEncoder:
-    """Put a SlowEncoder under `tokenizer` (a transformers fast tokenizer, bare or wrapped)."""
-    slow = SlowEncoder(tokenizer.backend_tokenizer)
-    tokenizer._tokenizer = slow  # transformers' attribute for the Rust tokenizer
-    return slow
-
-
-def _at_once(*calls: Any) -> list[Any]:
-    """Run the calls on threads started together; their results, or the exception each raised."""
-    results: list[Any] = [None] * len(calls)
-
-    def run(i: int) -> None:
+        me = threading.get_ident()
+        self._count(+1)
         try:
-            results[i] = calls[i]()
+            if self.holder is None and self.real.padding is not None:
+                object.__setattr__(self, "holder", me)
+                self.holding.set()
+                self.arrived.wait(WAIT_S)
+            elif self.holder is not None and self.holder != me:
+                self.arrived.set()
+            return self.real.encode_batch(*args, **kwargs)
+        finally:
+            self._count(-1)
+
+
+def _held(tokenizer: Any) -> HeldEncoder:
+    """Put a HeldEncoder under `tokenizer` (a transformers fast tokenizer, bare or wrapped)."""
+    held = HeldEncoder(tokenizer.backend_tokenizer)
+    tokenizer._tokenizer = held  # transformers' attribute for the Rust tokenizer
+    return held
+
+
+def _at_once(first: Any, second: Any, held: HeldEncoder) -> list[Any]:
+    """Run `first` on a thread and, once its padded encode is held, `second` on another; their
+    results, or the exception each raised."""
+    results: list[Any] = [None, None]
+
+    def run(i: int, call: Any) -> None:
+        try:
+            results[i] = call()
         except Exception as exc:  # noqa: BLE001 - the test inspects it
             results[i] = exc
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-        time.sleep(0.005)  # the second call starts while the first is inside its encode
+    threads = [threading.Thread(target=run, args=(0, first)), threading.Thread(target=run, args=(1, second))]
+    threads[0].start()
+    assert held.holding.wait(10), "the first call never made a padded encode"
+    threads[1].start()
     for t in threads:
         t.join()
     return results
@@ -92,10 +107,10 @@ def _counting_call(tok: Any) -> Any:
 
 
 def test_a_bare_fast_tokenizer_loses_its_padding_to_a_concurrent_call():
-    """The control: without the lock the slowed race fails the way CI did."""
+    """The control: without the lock the held race fails the way CI did."""
     tok = build_bert_uncased_tokenizer()
-    _slowed(tok)
-    padded, _ = _at_once(_padded_call(tok), _counting_call(tok))
+    held = _held(tok)
+    padded, _ = _at_once(_padded_call(tok), _counting_call(tok), held)
     assert isinstance(padded, ValueError) and "padding" in str(padded)
 
 
@@ -104,11 +119,11 @@ def test_the_wrapped_tokenizer_runs_one_call_at_a_time_and_gives_the_serial_resu
     expected_ids = _padded_call(bare)()
     expected_count = _counting_call(bare)()
     tok = thread_safe(build_bert_uncased_tokenizer())
-    slow = _slowed(tok)
-    padded, count = _at_once(_padded_call(tok), _counting_call(tok))
+    held = _held(tok)
+    padded, count = _at_once(_padded_call(tok), _counting_call(tok), held)
     assert not isinstance(padded, Exception), padded
     assert padded.tolist() == expected_ids.tolist() and count == expected_count
-    assert slow.most_inside == 1
+    assert held.most_inside == 1
 
 
 def test_the_wrapper_passes_attributes_through_and_survives_copy_and_pickle(tmp_path):
@@ -143,9 +158,9 @@ def test_every_backends_embedder_encodes_while_another_thread_counts_tokens(blip
         alone = emb.encode_texts(PADDED)
         count_alone = emb.token_count(COUNTED)
         tokenizer = getattr(emb, "tower", emb).tokenizer  # an LM reader keeps its tokenizer on its tower
-        slow = _slowed(tokenizer)
-        encoded, count = _at_once(lambda e=emb: e.encode_texts(PADDED), lambda e=emb: e.token_count(COUNTED))
+        held = _held(tokenizer)
+        encoded, count = _at_once(lambda e=emb: e.encode_texts(PADDED), lambda e=emb: e.token_count(COUNTED), held)
         assert not isinstance(encoded, Exception), f"{name}: {encoded!r}"
         np.testing.assert_allclose(encoded, alone, atol=1e-6, err_msg=name)
         assert count == count_alone, name
-        assert slow.most_inside == 1, name
+        assert held.most_inside == 1, name
