@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-cluster lint stress bench demo-model reproduction caft sceneworld-report clean installer
+.PHONY: venv demo test test-cluster test-interop lint stress bench demo-model reproduction caft sceneworld-report clean installer
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,9 +28,9 @@ lint: $(STAMP)
 TEST_WORKERS ?= 2
 test: lint
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 \
-		-n $(TEST_WORKERS) --dist loadfile -m 'not stress and not cluster and not serial' tests
+		-n $(TEST_WORKERS) --dist loadfile -m 'not stress and not cluster and not serial and not interop' tests
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider \
-		-m 'serial and not stress and not cluster' tests
+		-m 'serial and not stress and not cluster and not interop' tests
 
 # Long fault-injection runs (tests marked stress), e.g. the kill -9 harness: STRESS_ITERATIONS kills.
 STRESS_ITERATIONS ?= 20
@@ -39,6 +39,18 @@ STRESS_ITERATIONS ?= 20
 test-cluster: $(STAMP)
 	$(BIN)/pip install --quiet -r requirements-cluster.lock -c requirements.lock
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m cluster tests/cluster
+
+# Tests against the real tools photographers' files come from (Debian's exiv2 and exiftool): installs
+# them when missing (CI runs as root) and fails loudly when it cannot; a missing binary fails its
+# tests, never skips them.
+INTEROP_PACKAGES := exiv2 libimage-exiftool-perl acl attr
+test-interop: $(STAMP)
+	@command -v exiv2 >/dev/null && command -v exiftool >/dev/null && command -v setfacl >/dev/null \
+		&& command -v setfattr >/dev/null || { \
+		echo "test-interop: installing $(INTEROP_PACKAGES) (Debian)"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(INTEROP_PACKAGES); } \
+		|| { echo "test-interop: FAILED to install $(INTEROP_PACKAGES); these tests need them" >&2; exit 1; }; }
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m interop tests
 
 stress: $(STAMP)
 	QT_QPA_PLATFORM=offscreen LONGLENS_STRESS_ITERATIONS=$(STRESS_ITERATIONS) \
