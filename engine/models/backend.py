@@ -5,7 +5,9 @@ exports one `ModelBackend` object; engine/models/registry.py keeps the table nam
 the one place that picks a backend, by the "backend" string of a model's manifest, by an
 embedder's `backend` attribute, or (folders without a manifest) by `detect`.
 
-Only `name`, `detect` and `load_embedder` are required; a backend without a grounder, re-ranker or
+Only `name`, `detect` and `load_embedder` are required (and `text_cleaning` is declared by every
+backend that ships: engine/models/tokenizers.py's TextCleaning says what the model's own code did to
+a text before its tokenizer, and the backend's embedders apply it); a backend without a grounder, re-ranker or
 training adapter leaves those None and the app says "not available for this model". The hooks are
 plain callables so a backend package can import its heavy modules (torch, transformers) inside
 them: importing a backend package must stay cheap, because the registry imports it to read a
@@ -18,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from engine.models.tokenizers import WORDPIECE_NORMALISER, TextCleaning
 
 if TYPE_CHECKING:
     import numpy as np
@@ -82,6 +86,11 @@ class ModelBackend:
     #: `checkpoint_suffixes` is pulled and then converted by it. None: no such format.
     convert_checkpoint: Callable[..., Any] | None = None
     checkpoint_suffixes: frozenset[str] = frozenset()
+    #: What the model's own code did to every text before its tokenizer, in training: the
+    #: backend's embedders apply it (once) to queries, token counts and training texts, and their
+    #: `text_cleaning` is this object. The default, nothing beyond the tokenizer's normaliser, is
+    #: a WordPiece tokenizer's; the CLIP family declares OpenAI's ftfy + HTML + whitespace cleaning.
+    text_cleaning: TextCleaning = WORDPIECE_NORMALISER
 
     def check_rerank(self, embedder: Any) -> tuple[bool, str]:
         if self.rerank_support is None or self.rerank_scores is None:

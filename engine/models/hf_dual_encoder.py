@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
-from engine.models.tokenizers import thread_safe
+from engine.models.tokenizers import TextCleaning, thread_safe
 
 if TYPE_CHECKING:
     import torch
@@ -192,6 +192,9 @@ class HfDualEncoderEmbedder:
     fast_towers_class: Any = None
     #: the two tokens every tokenised text keeps, as effective_max_tokens' message names them
     special_tokens = ""
+    #: what the model's own code did to a text before its tokenizer (the backend's declaration,
+    #: ModelBackend.text_cleaning); applied once, to the text as given, by every text path here
+    text_cleaning: TextCleaning
 
     checkpoint_dir: Path
     model: Any
@@ -310,10 +313,17 @@ class HfDualEncoderEmbedder:
         # model can read", so it is clamped rather than refused.
         return min(int(max_tokens), self.max_text_tokens)
 
+    def clean_texts(self, texts: Sequence[str]) -> list[str]:
+        """`texts` as the model's own code cleaned its texts before tokenizing (text_cleaning)."""
+        return self.text_cleaning.texts(texts)
+
     def tokenize(self, texts: Sequence[str], max_tokens: int | None = None) -> dict[str, torch.Tensor]:
-        """Token ids and attention mask exactly as encode_texts feeds them (on the CPU)."""
-        enc = self.tokenizer(list(texts), truncation=True, max_length=self.effective_max_tokens(max_tokens),
-                             padding=True, return_tensors="pt")
+        """Token ids and attention mask exactly as encode_texts feeds them (on the CPU): the texts
+        cleaned as the model was trained (text_cleaning), then tokenized."""
+        return self._tokenize_cleaned(self.clean_texts(texts), self.effective_max_tokens(max_tokens))
+
+    def _tokenize_cleaned(self, cleaned: list[str], limit: int) -> dict[str, torch.Tensor]:
+        enc = self.tokenizer(cleaned, truncation=True, max_length=limit, padding=True, return_tensors="pt")
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
     def encode_texts(self, texts: Sequence[str], max_tokens: int | None = None) -> np.ndarray:
@@ -322,7 +332,8 @@ class HfDualEncoderEmbedder:
         from engine.models.batching import length_sorted_batches
         from engine.models.device import intra_op_threads
 
-        texts = list(texts)
+        # Cleaned once here: the cleaning is not idempotent (a double HTML unescape).
+        texts = self.clean_texts(texts)
         limit = self.effective_max_tokens(max_tokens)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -332,14 +343,17 @@ class HfDualEncoderEmbedder:
         threads = self.query_threads if len(texts) <= 4 else None
         with torch.inference_mode(), intra_op_threads(threads):
             for idx in length_sorted_batches(lengths, self.batch_size):
-                enc = self.tokenize([texts[i] for i in idx], limit)
+                enc = self._tokenize_cleaned([texts[i] for i in idx], limit)
                 ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
                 feats[idx] = self._normalised(self.text_features(ids, mask))
         return feats
 
     def token_count(self, text: str) -> int:
+        """Tokens of `text` as tokenize reads it (cleaned first), special tokens included: what the
+        GUI's counter shows and where search cuts."""
         # verbose=False: the over-limit warning is noise here, counting long texts is the point.
-        return len(self.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
+        return len(self.tokenizer(self.text_cleaning(text), add_special_tokens=True, truncation=False,
+                                  verbose=False)["input_ids"])
 
     # ----------------------------------------------------------------- helpers
 

@@ -46,6 +46,11 @@ class LMTowerTextSide:
         self.max_text_tokens = self.tower.max_text_tokens
         self.default_text_tokens = min(int(base.default_text_tokens), self.max_text_tokens)
 
+    @property
+    def text_cleaning(self) -> Any:
+        """The tower's (its tokenizer's normaliser), never the base model's: the tower reads the texts."""
+        return self.tower.text_cleaning
+
     def __getattr__(self, name: str) -> Any:
         # Only reached for what this class does not define: the base embedder's image side.
         return getattr(self._base, name)

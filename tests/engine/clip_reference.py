@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 from collections import OrderedDict
 
+import ftfy
 import regex
 import torch
 from torch import nn
@@ -23,7 +24,8 @@ from engine.backends.clip.checkpoints import bytes_to_unicode, clip_vocab_and_me
 
 class OpenAIBPE:
     """OpenAI's simple_tokenizer.py (CLIP and Long-CLIP), transcribed: the reference the HF
-    tokenizer is checked against. ftfy.fix_text is left out: it changes none of the test texts."""
+    tokenizer is checked against, cleaning included (basic_clean: ftfy.fix_text, HTML unescaped
+    twice, stripped; whitespace_clean: runs of \\s one space; then lower case)."""
 
     def __init__(self) -> None:
         vocab, merges = clip_vocab_and_merges()
@@ -52,7 +54,7 @@ class OpenAIBPE:
 
     def tokenize(self, text: str, context: int) -> list[int]:
         """longclip.tokenize(..., truncate=True) / clip.tokenize for one text, unpadded."""
-        text = regex.sub(r"\s+", " ", html.unescape(html.unescape(text)).strip()).strip().lower()
+        text = regex.sub(r"\s+", " ", html.unescape(html.unescape(ftfy.fix_text(text))).strip()).strip().lower()
         ids = [self.encoder["<|startoftext|>"]]
         for tok in regex.findall(self.pat, text):
             ids += [self.encoder[b] for b in self.bpe("".join(self.byte_encoder[c] for c in tok.encode("utf-8")))]

@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.errors import ModelError
 from engine.models.backend import ModelBackend, deferred
+from engine.models.tokenizers import WORDPIECE_NORMALISER
 
 NAME = "blip"
 
@@ -64,4 +65,7 @@ BACKEND = ModelBackend(
     importable=True,
     import_config_check=_import_config_check,
     import_weights_check=_import_weights_check,
+    # BertTokenizer's own normaliser, as the Hugging Face port and the text towers Longlens trains
+    # read texts (docs/models.md, "Text cleaning": BLIP's pre_caption is not applied).
+    text_cleaning=WORDPIECE_NORMALISER,
 )

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from PIL import Image
 
+from engine.backends.blip import BACKEND
 from engine.backends.blip.fast import FastBlipTowers
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.models.device import resolve_device  # noqa: F401  (re-exported for the backend's callers)
@@ -88,6 +89,7 @@ class BlipEmbedder(HfDualEncoderEmbedder):
     backend = "blip"  # the registry's key for this embedder's backend object
     fast_towers_class = FastBlipTowers
     special_tokens = "[CLS] and [SEP]"
+    text_cleaning = BACKEND.text_cleaning  # nothing beyond BertTokenizer's own normaliser
 
     def __init__(
         self,

@@ -72,6 +72,7 @@ class BlipAdapter(HfTextTowerAdapter):
         from engine.models.tokenizers import tokenize_with_offsets
 
         emb = self.embedder
+        texts = emb.clean_texts(texts)  # as encode_texts cleans them; the offsets are the cleaned texts'
         ids, mask, offsets = tokenize_with_offsets(emb.tokenizer, texts, emb.effective_max_tokens(max_tokens))
         with self._autocast():
             states = emb.text_states(ids.to(self.device), mask.to(self.device))

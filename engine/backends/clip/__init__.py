@@ -27,6 +27,7 @@ from typing import Any
 
 from engine.errors import ModelError
 from engine.models.backend import ModelBackend, deferred
+from engine.models.tokenizers import OPENAI_CLIP_CLEANING
 
 NAME = "clip"
 
@@ -80,4 +81,7 @@ BACKEND = ModelBackend(
     # Long-CLIP's official weights: OpenAI-layout .pt state dicts, converted once at pull.
     convert_checkpoint=deferred("engine.backends.clip.convert", "convert_openai_checkpoint"),
     checkpoint_suffixes=frozenset({".pt"}),
+    # OpenAI CLIP and Long-CLIP were trained on texts their simple_tokenizer.py cleaned first (ftfy,
+    # HTML unescaped twice, whitespace); transformers' CLIPTokenizer does not clean so.
+    text_cleaning=OPENAI_CLIP_CLEANING,
 )

@@ -6,8 +6,9 @@ text max_position_embeddings. Embeddings are what transformers' CLIPModel comput
     image: normalize(visual_projection(post_layernorm(vision_model(pixels)[:, 0])))
     text:  normalize(text_projection(final_layer_norm(text_model(ids))[pooled token]))
 Pixels are CLIPImageProcessor's: shortest side resized (bicubic) to the configured edge, centre
-crop, rescale 1/255, OpenAI's mean and std. Texts are the folder's CLIPTokenizer's ids truncated
-at the budget ([BOS] ... [EOS] kept), padded with <|endoftext|>.
+crop, rescale 1/255, OpenAI's mean and std. Texts are cleaned as OpenAI's tokenizer cleaned them
+(ftfy, HTML unescaped twice, whitespace, lower case: engine/models/tokenizers.py), then are the
+folder's CLIPTokenizer's ids truncated at the budget ([BOS] ... [EOS] kept), padded with <|endoftext|>.
 
 Nothing imports this module at `engine` import time; the registry imports it when a CLIP model
 is loaded, so torch and transformers are imported at the top.
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 from PIL import Image
 
+from engine.backends.clip import BACKEND
 from engine.backends.clip.fast import FastClipTowers, pooled_positions
 from engine.backends.clip.shapes import check_clip_config_dict, read_config
 from engine.errors import ModelIntegrityError
@@ -67,6 +69,7 @@ class ClipEmbedder(HfDualEncoderEmbedder):
     backend = "clip"  # the registry's key for this embedder's backend object
     fast_towers_class = FastClipTowers
     special_tokens = "<|startoftext|> and <|endoftext|>"
+    text_cleaning = BACKEND.text_cleaning  # OpenAI's ftfy + HTML + whitespace cleaning, before the BPE
 
     def __init__(
         self,

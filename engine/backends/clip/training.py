@@ -94,6 +94,8 @@ class ClipAdapter(HfTextTowerAdapter):
         from engine.models.tokenizers import tokenize_with_offsets
 
         emb = self.embedder
+        # Cleaned as encode_texts cleans them; the offsets and the phrases are the cleaned texts'.
+        texts = emb.clean_texts(texts)
         ids, mask, offsets = tokenize_with_offsets(emb.tokenizer, texts, emb.effective_max_tokens(max_tokens))
         ids, mask = ids.to(self.device), mask.to(self.device)
         with self._autocast():

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.models.backend import ModelBackend, deferred
+from engine.models.tokenizers import WORDPIECE_NORMALISER
 
 NAME = "sceneworld-mini"
 CONFIG_FILE = "sceneworld_mini.json"  # also engine.backends.sceneworld_mini.network.CONFIG_FILE
@@ -65,4 +66,6 @@ BACKEND = ModelBackend(
     config_file=CONFIG_FILE,
     import_config_check=_import_config_check,
     import_weights_check=_import_weights_check,
+    # Trained here with the bert-base-uncased tokenizer on texts cleaned by nothing else.
+    text_cleaning=WORDPIECE_NORMALISER,
 )

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from engine.backends.sceneworld_mini import BACKEND
 from engine.backends.sceneworld_mini.network import (
     build_tokenizer,
     encode_text_batch,
@@ -29,6 +30,7 @@ class SceneWorldMiniEmbedder:
     """Embedder over a sceneworld-mini folder (model.safetensors + sceneworld_mini.json)."""
 
     backend = "sceneworld-mini"  # the registry's key for this embedder's backend object
+    text_cleaning = BACKEND.text_cleaning  # nothing beyond the WordPiece tokenizer's own normaliser
 
     def __init__(
         self,
@@ -95,7 +97,7 @@ class SceneWorldMiniEmbedder:
 
     @torch.inference_mode()
     def encode_texts(self, texts: Sequence[str], max_tokens: int | None = None) -> np.ndarray:
-        texts = list(texts)
+        texts = self.text_cleaning.texts(texts)
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         limit = self._limit(max_tokens)
@@ -120,4 +122,4 @@ class SceneWorldMiniEmbedder:
         return l2_normalise((masks @ states).float().cpu().numpy())
 
     def token_count(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
+        return len(self.tokenizer(self.text_cleaning(text), add_special_tokens=True, truncation=False, verbose=False)["input_ids"])
