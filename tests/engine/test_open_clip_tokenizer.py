@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from engine.backends.clip.checkpoints import CLIP_EOS_ID  # noqa: E402
 from engine.search.searcher import clean_query  # noqa: E402
 from tests.engine.text_variants import variant_texts  # noqa: E402
 
@@ -43,8 +44,7 @@ def open_clip_tokenizer() -> ModuleType:
 def _upstream(tokenizer: ModuleType, texts: list[str], context: int) -> list[list[int]]:
     """open_clip's tokenize (OpenAI's truncation: the last kept id becomes <|endoftext|>), unpadded."""
     rows = tokenizer.tokenize(texts, context_length=context)
-    eot = tokenizer._tokenizer.eot_token_id
-    return [row[: row.tolist().index(eot) + 1].tolist() for row in rows]
+    return [row[: row.tolist().index(CLIP_EOS_ID) + 1].tolist() for row in rows]
 
 
 def _ours(embedder, texts: list[str]) -> list[list[int]]:
@@ -66,8 +66,7 @@ def test_queries_tokenize_as_open_clip_tokenizes_them(open_clip_tokenizer, check
               if ours != up]
     assert differ == [], f"{len(differ)} of {len(texts)} differ, e.g. {differ[:3]}"
     # The counter: open_clip's untruncated length, special tokens included.
-    untruncated = [[open_clip_tokenizer._tokenizer.sot_token_id, *open_clip_tokenizer._tokenizer.encode(t),
-                    open_clip_tokenizer._tokenizer.eot_token_id] for t in texts]
+    untruncated = _upstream(open_clip_tokenizer, texts, 10_000)
     assert [embedder.token_count(q) for q in queries] == [len(ids) for ids in untruncated]
     # Before the cleaning the bare Hugging Face tokenizer agreed on far fewer (182 of 360).
     bare = embedder.tokenizer(queries, truncation=True, max_length=context)["input_ids"]
