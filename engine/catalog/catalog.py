@@ -303,6 +303,15 @@ class Catalog:
                 conn.execute(delete(meta).where(meta.c.key == before_key))
         return bool(cleared)
 
+    def _try_clear_offline(self, library_id: int) -> bool:
+        # A look must not fail because its write could not be made (another process holding the
+        # catalog past the busy timeout, a read-only file): the state is shown all the same and
+        # the next look clears it.
+        try:
+            return self.clear_library_offline(library_id)
+        except CatalogError:
+            return False
+
     def library_state(self, library_id: int) -> LibraryState:
         """The library's state as it is now: its folder is looked at, so a folder that went
         missing since the last run is offline, and one that is back is no longer offline (the
@@ -313,9 +322,10 @@ class Catalog:
         if not root_reachable(lib.root):
             status = LIBRARY_OFFLINE
         elif status == LIBRARY_OFFLINE:
-            if self.damage is None and self.clear_library_offline(library_id):
+            if self.damage is None:
+                self._try_clear_offline(library_id)  # or another look (process) just did
                 status = self.library(library_id).status
-            else:
+            if status == LIBRARY_OFFLINE:  # the write could not be made: the state it would get
                 before = self.get_meta(BEFORE_OFFLINE_KEY.format(id=library_id))
                 status = before if before in (LIBRARY_ONLINE, LIBRARY_PARTIAL) else LIBRARY_ONLINE
         pending = None
