@@ -227,14 +227,21 @@ class Backend:
         out = []
         for lib in cat.libraries():
             counts = cat.status_counts(lib.id)
+            # The folder is looked at now (engine Catalog.library_state, as `longlens libraries`):
+            # missing or unmounted is offline, nothing deleted; back again is no longer offline.
             state = cat.library_state(lib.id)
-            status = lib.status
-            if not Path(lib.root).is_dir():
-                status = "offline"  # unmounted since the last scan; nothing is deleted
-            out.append(LibraryInfo(lib.id, lib.root, status, counts.get("ok", 0), counts.get("unreadable", 0),
+            out.append(LibraryInfo(lib.id, lib.root, state.status, counts.get("ok", 0), counts.get("unreadable", 0),
                                    counts.get("deleted", 0), lib.last_scan_at is not None,
                                    pending=state.pending, state=state.label))
         return out
+
+    @staticmethod
+    def reachable_roots(roots: list[str]) -> list[str]:
+        """Those of `roots` whose folder is there now (engine.catalog.root_reachable, the test
+        indexing uses): an offline library whose drive is back is among them."""
+        from engine.catalog import root_reachable
+
+        return [r for r in roots if root_reachable(r)]
 
     def unreadable(self, library_id: int) -> list[tuple[str, str]]:
         from engine.catalog.paths import for_display

@@ -385,6 +385,7 @@ class MainWindow(QMainWindow):
             return
         self._shut = True
         self.queue.cancel()
+        self.library_view.shutdown()
         self.search_view.shutdown()
         self.hub.shutdown()
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QSize, Qt, Signal
+from PySide6.QtCore import QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -23,6 +23,10 @@ from desktop_app.facade import Backend, LibraryInfo, display_text
 
 LibraryIdRole = Qt.ItemDataRole.UserRole + 1
 RootRole = Qt.ItemDataRole.UserRole + 2
+# While a folder is shown offline, the app looks this often whether it is back (a drive plugged
+# in, a share mounted) and then shows it as it is, without a re-scan: one stat per offline folder,
+# in a worker (a hung network mount never blocks the window).
+OFFLINE_LOOK_MS = 3000
 
 
 class IndexQueue(QObject):
@@ -95,10 +99,10 @@ class IndexQueue(QObject):
 
 def describe(info: LibraryInfo, queued: bool) -> str:
     """Second line of a library entry: its state and counts."""
-    if info.offline:
-        state = "Offline (missing or unmounted; nothing removed)"
-    elif queued:
+    if queued:  # a folder that is back is re-scanned (the run says if it is still offline)
         state = "Indexing…"
+    elif info.offline:
+        state = "Offline (missing or unmounted; nothing removed)"
     elif info.partial:
         # A cancelled or interrupted run: the engine's words ("partly indexed · N pending").
         state = info.state[:1].upper() + info.state[1:]
@@ -167,6 +171,10 @@ class LibraryView(QWidget):
 
         queue.queue_changed.connect(self._render)
         queue.finished.connect(lambda *_: self.refresh())
+        self.offline_look = QTimer(self)
+        self.offline_look.setInterval(OFFLINE_LOOK_MS)
+        self.offline_look.timeout.connect(self.look_at_offline)
+        self._look_job: Job | None = None
         self._update_buttons()
 
     # -- data --------------------------------------------------------------------------------
@@ -178,6 +186,23 @@ class LibraryView(QWidget):
         self.infos = infos
         self._render()
         self.libraries_changed.emit(infos)
+        if any(i.offline for i in infos):
+            self.offline_look.start()
+        else:
+            self.offline_look.stop()
+
+    def look_at_offline(self) -> Job | None:
+        """Is a folder shown offline back? Then the list is read again (the catalog clears the
+        offline state as it reads it), so it shows online without a re-scan."""
+        offline = [i.root for i in self.infos if i.offline]
+        if not offline or (self._look_job is not None and self._look_job.running):
+            return None
+        self._look_job = self.hub.call(self.backend.reachable_roots, offline,
+                                       on_result=lambda back: self.refresh() if back else None)
+        return self._look_job
+
+    def shutdown(self) -> None:
+        self.offline_look.stop()
 
     def _render(self) -> None:
         selected = self.selected_root()
@@ -254,11 +279,16 @@ class LibraryView(QWidget):
         if info is None:
             return
         if info.offline:
-            messages.show_error(self, "Folder offline",
-                                f"{info.root} is missing or unmounted. Connect the drive and try again; "
-                                "nothing in the catalog was removed.")
-            return
+            # Shown offline at the last look: look again now (the drive may be back since).
+            if not self.backend.reachable_roots([info.root]):
+                messages.show_error(self, "Folder offline",
+                                    f"{info.root} is missing or unmounted. Connect the drive and try again; "
+                                    "nothing in the catalog was removed.")
+                self.refresh()
+                return
         self.index_requested.emit(info.root)
+        if info.offline:
+            self.refresh()  # it is back: shown as it is (the run clears the offline state)
 
     def remove_selected(self) -> None:
         info = self.selected_info()

@@ -129,9 +129,15 @@ class SearchView(QWidget):
         self._budget_job: Job | None = None
         self._budget_done: Job | None = None  # the last budget job whose finished was handled
         self._budget_dirty = False
+        # The query of the results shown (what the inspector grounds); the query box may say
+        # something else until the next search, and the status line then says so.
         self.query: dict[str, str | None] = {"text": None, "image": None}
+        self.image_query: str | None = None  # the image the chip shows: searches are by image
         self.last_result: Any = None
-        self.stale = False  # a filter changed since the results shown were searched
+        # The results shown are not those of the query box and filters as they are now (a filter
+        # changed and the search runs again, or the query was edited and not searched yet).
+        self.stale = False
+        self._results_status: tuple[str, bool] = ("", False)  # the status line of the results shown
         self.search_job: Job | None = None
 
         # -- query editor --------------------------------------------------------------------
@@ -459,6 +465,7 @@ class SearchView(QWidget):
     def _text_changed(self) -> None:
         self.editor.mark_truncation(None)
         self._budget_timer.start()
+        self._show_whether_stale()
 
     def _update_budget(self) -> None:
         # Busy until its finished signal is handled here: Job.running turns False only after the
@@ -524,20 +531,24 @@ class SearchView(QWidget):
         return None if value <= self.cutoff_spin.minimum() else float(value)
 
     def _filters_changed(self, *_args: Any) -> None:
-        if self.query.get("text") is None and self.query.get("image") is None:
+        if self._seq == 0:
             return  # nothing searched yet: nothing to refresh
         self.stale = True
         self._set_status("Filters changed: searching again…")
         self._rerun_timer.start()
 
     def rerun(self) -> Job | None:
-        """The last search again, with the filters, order and cut-off as they are now."""
+        """Search again with the filters, order and cut-off as they are now, for what the query
+        box says now (the image of the chip, else the text in the box), never for a text the box
+        no longer shows. With the box emptied there is nothing to search: the results stay, marked
+        as the previous query's."""
         self._rerun_timer.stop()
-        if self.query.get("image"):
-            return self.search_image(self.query["image"])
-        if self.query.get("text"):
-            return self._run(self.backend.search_text, self.query["text"], self.top_spin.value(), self.filters(),
-                             self.backend.settings().get("max_tokens"), self.order(), self.cutoff())
+        if self.image_query:
+            return self.search_image(self.image_query)
+        text = self.editor.toPlainText()
+        if text.strip():
+            return self._search_text(text)
+        self._show_whether_stale()
         return None
 
     def run_text_query(self, text: str) -> Job | None:
@@ -546,30 +557,35 @@ class SearchView(QWidget):
         return self.search()
 
     def search(self) -> Job | None:
-        if self.query.get("image"):
-            return self.search_image(self.query["image"])
+        if self.image_query:
+            return self.search_image(self.image_query)
         text = self.editor.toPlainText()
         if not text.strip():
             self._set_status("Type a description first (or drop an image to find similar ones).", error=True)
             return None
-        self.query = {"text": text, "image": None}
-        return self._run(self.backend.search_text, text, self.top_spin.value(), self.filters(),
-                         self.backend.settings().get("max_tokens"), self.order(), self.cutoff())
+        return self._search_text(text)
+
+    def _search_text(self, text: str) -> Job:
+        return self._run({"text": text, "image": None}, self.backend.search_text, text, self.top_spin.value(),
+                         self.filters(), self.backend.settings().get("max_tokens"), self.order(), self.cutoff())
 
     def search_image(self, path: str) -> Job | None:
         if Path(path).suffix.lower() not in self.backend.image_suffixes():
             messages.show_error(self, "Not an image", f"{path} is not a picture Longlens can read.")
             return None
-        self.query = {"text": None, "image": path}
+        self.image_query = path
         self.image_chip_label.setText(
             f"Finding pictures similar to <b>{html.escape(display_text(os.path.basename(path)))}</b>")
         self.image_chip.setVisible(True)
-        return self._run(self.backend.search_image, path, self.top_spin.value(), self.filters(), self.order(),
-                         self.cutoff())
+        return self._run({"text": None, "image": path}, self.backend.search_image, path, self.top_spin.value(),
+                         self.filters(), self.order(), self.cutoff())
 
     def clear_image_query(self) -> None:
-        self.query = {"text": self.editor.toPlainText() or None, "image": None}
+        """Back to the text query: the next search is the box's text. The image's results stay
+        until then, marked as the image's."""
+        self.image_query = None
         self.image_chip.setVisible(False)
+        self._show_whether_stale()
 
     def focus_query(self) -> None:
         """Ctrl+L / Ctrl+F: the keyboard to the query, the cursor at its end (nothing selected,
@@ -577,7 +593,7 @@ class SearchView(QWidget):
         self.editor.setFocus(Qt.FocusReason.ShortcutFocusReason)
         self.editor.moveCursor(QTextCursor.MoveOperation.End)
 
-    def _run(self, fn, *args) -> Job:
+    def _run(self, query: dict[str, str | None], fn, *args) -> Job:
         self._rerun_timer.stop()  # this search already has the filters as they are now
         self._seq += 1
         seq = self._seq
@@ -587,7 +603,7 @@ class SearchView(QWidget):
             # text selected, so the next key would replace the filter): keep it in the query.
             self.editor.setFocus(Qt.FocusReason.OtherFocusReason)
         self.search_button.setEnabled(False)
-        job = self.hub.call(fn, *args, on_result=lambda r, s=seq: self._show_result(r, s),
+        job = self.hub.call(fn, *args, on_result=lambda r, s=seq, q=dict(query): self._show_result(r, s, q),
                             on_error=lambda m, s=seq: self._search_failed(m, s),
                             on_finished=lambda: self.search_button.setEnabled(True))
         self.search_job = job
@@ -597,12 +613,13 @@ class SearchView(QWidget):
         if seq != self._seq:
             return
         self._set_status(message, error=True)
-        if self.query.get("image"):
+        if self.image_query:
             messages.show_error(self, "Cannot search with this image", message)
 
-    def _show_result(self, result: Any, seq: int) -> None:
+    def _show_result(self, result: Any, seq: int, query: dict[str, str | None]) -> None:
         if seq != self._seq:
             return
+        self.query = query
         self.last_result = result
         self.stale = False
         self.show_welcome(False)
@@ -629,11 +646,44 @@ class SearchView(QWidget):
         warnings = list(getattr(result, "warnings", ()))
         if warnings:
             # Before everything else and in the warning colour: the results themselves are in doubt.
-            self._set_status(" · ".join(f"⚠ {w[:1].upper()}{w[1:]}" for w in warnings) + "\n" + " · ".join(parts),
-                             warning=True)
+            self._results_status = (" · ".join(f"⚠ {w[:1].upper()}{w[1:]}" for w in warnings) + "\n"
+                                    + " · ".join(parts), True)
         else:
-            self._set_status(" · ".join(parts))
+            self._results_status = (" · ".join(parts), False)
+        self._set_status(self._results_status[0], warning=self._results_status[1])
+        self._show_whether_stale(landed=True)  # the query may have been edited while this search ran
         self.results_shown.emit(len(result.hits))
+
+    def stale_reason(self) -> str | None:
+        """Why the results shown are not those of what the query box says now, with the way to
+        get those (None: they are, or nothing is shown)."""
+        if self.last_result is None or self.image_query:
+            return None  # an image query is searched as soon as it is given
+        text = self.editor.toPlainText()
+        if self.query.get("image") is None and self.query.get("text") == text:
+            return None
+        if self.query.get("image"):
+            shown = f"the image {display_text(os.path.basename(self.query['image']))}"
+        else:
+            shown = "the previous text"
+        todo = ("press Ctrl+Enter to search for the text in the box" if text.strip()
+                else "type a description and press Ctrl+Enter")
+        return f"⚠ These results are for {shown}, not for the query box: {todo}."
+
+    def _show_whether_stale(self, *, landed: bool = False) -> None:
+        """Mark the results as the previous query's while the box says something else, and take
+        the mark away when it says the same again. A search in flight decides when it lands."""
+        if not landed and self.search_job is not None and self.search_job.running:
+            return
+        if self._rerun_timer.isActive():
+            return  # a filter changed: the search for what the box says is about to run
+        reason = self.stale_reason()
+        if reason is not None:
+            self.stale = True
+            self._set_status(reason + "\n" + self._results_status[0], warning=True)
+        elif self.stale and self.last_result is not None:
+            self.stale = False
+            self._set_status(self._results_status[0], warning=self._results_status[1])
 
     def _set_status(self, text: str, error: bool = False, warning: bool = False) -> None:
         self.status.setText(text)

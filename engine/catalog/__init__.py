@@ -7,6 +7,7 @@ from engine.catalog.catalog import (
     ImageWrite,
     LibraryState,
     open_catalog,
+    root_reachable,
 )
 from engine.catalog.db import SCHEMA_VERSION, CatalogConflictError, CatalogDamagedError
 
@@ -20,4 +21,5 @@ __all__ = [
     "ImageWrite",
     "LibraryState",
     "open_catalog",
+    "root_reachable",
 ]

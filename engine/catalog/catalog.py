@@ -27,6 +27,7 @@ from engine.catalog.db import (
 from engine.catalog.schema import embeddings, image_keywords, image_metadata, images, libraries, meta
 from engine.errors import CatalogError
 from engine.types import (
+    LIBRARY_OFFLINE,
     LIBRARY_ONLINE,
     STATUS_DELETED,
     STATUS_OK,
@@ -134,6 +135,9 @@ def blob_to_vector(b: bytes) -> np.ndarray:
 # files may not be in the catalog yet. Its pending count is kept in meta under PENDING_KEY.
 LIBRARY_PARTIAL = "partial"
 PENDING_KEY = "library.{id}.pending"
+# The state (online | partial) a library had when a run found its folder missing: it comes back
+# with that state (and its pending count) when the folder is there again.
+BEFORE_OFFLINE_KEY = "library.{id}.before-offline"
 # write_batch re-runs a batch that lost a race with another process's hard delete this often.
 WRITE_BATCH_ATTEMPTS = 3
 
@@ -153,6 +157,15 @@ class LibraryState:
         if self.status == LIBRARY_ONLINE:
             return "indexed" if self.scanned else "not indexed yet"
         return self.status
+
+
+def root_reachable(root: Path | str) -> bool:
+    """A library's folder is there (a missing folder, an unmounted drive or an unreachable share
+    is not): the one test of "offline" that indexing, `longlens libraries` and the app share."""
+    try:
+        return Path(root).is_dir()
+    except OSError:  # e.g. a name too long for this file system, a stale network handle
+        return False
 
 
 class Catalog:
@@ -255,22 +268,78 @@ class Catalog:
         with self.write() as conn:
             conn.execute(update(libraries).where(libraries.c.id == library_id).values(**values))
             conn.execute(delete(meta).where(meta.c.key == key))
+            conn.execute(delete(meta).where(meta.c.key == BEFORE_OFFLINE_KEY.format(id=library_id)))
             if status == LIBRARY_PARTIAL and pending is not None:
                 conn.execute(insert(meta).values(key=key, value=str(int(pending))))
 
+    def mark_library_offline(self, library_id: int) -> None:
+        """A run found the library's folder missing or unmounted: it is stored as offline, and
+        the state it had (partly indexed, with its pending count, or indexed) is kept so that it
+        comes back as it was when the folder is there again (library_state)."""
+        before_key = BEFORE_OFFLINE_KEY.format(id=library_id)
+        with self.write() as conn:
+            current = conn.execute(select(libraries.c.status).where(libraries.c.id == library_id)).scalar()
+            if current is None or current == LIBRARY_OFFLINE:
+                return
+            conn.execute(delete(meta).where(meta.c.key == before_key))
+            conn.execute(insert(meta).values(key=before_key, value=current))
+            conn.execute(update(libraries).where(libraries.c.id == library_id).values(status=LIBRARY_OFFLINE))
+
+    def clear_library_offline(self, library_id: int) -> bool:
+        """The folder of a library stored as offline is there again: it gets back the state it had
+        before (a catalog written by an earlier version kept none: online). Only a row that is
+        still offline is changed, so a run that set another state meanwhile is not undone. True
+        when this call cleared it."""
+        before_key = BEFORE_OFFLINE_KEY.format(id=library_id)
+        with self.write() as conn:
+            before = conn.execute(select(meta.c.value).where(meta.c.key == before_key)).scalar()
+            restored = before if before in (LIBRARY_ONLINE, LIBRARY_PARTIAL) else LIBRARY_ONLINE
+            cleared = conn.execute(
+                update(libraries)
+                .where(libraries.c.id == library_id, libraries.c.status == LIBRARY_OFFLINE)
+                .values(status=restored)
+            ).rowcount
+            if cleared:
+                conn.execute(delete(meta).where(meta.c.key == before_key))
+        return bool(cleared)
+
+    def _try_clear_offline(self, library_id: int) -> bool:
+        # A look must not fail because its write could not be made (another process holding the
+        # catalog past the busy timeout, a read-only file): the state is shown all the same and
+        # the next look clears it.
+        try:
+            return self.clear_library_offline(library_id)
+        except CatalogError:
+            return False
+
     def library_state(self, library_id: int) -> LibraryState:
+        """The library's state as it is now: its folder is looked at, so a folder that went
+        missing since the last run is offline, and one that is back is no longer offline (the
+        stored state is cleared here, without a re-scan; a read-only catalog shows the state it
+        would get)."""
         lib = self.library(library_id)
+        status = lib.status
+        if not root_reachable(lib.root):
+            status = LIBRARY_OFFLINE
+        elif status == LIBRARY_OFFLINE:
+            if self.damage is None:
+                self._try_clear_offline(library_id)  # or another look (process) just did
+                status = self.library(library_id).status
+            if status == LIBRARY_OFFLINE:  # the write could not be made: the state it would get
+                before = self.get_meta(BEFORE_OFFLINE_KEY.format(id=library_id))
+                status = before if before in (LIBRARY_ONLINE, LIBRARY_PARTIAL) else LIBRARY_ONLINE
         pending = None
-        if lib.status == LIBRARY_PARTIAL:
+        if status == LIBRARY_PARTIAL:
             raw = self.get_meta(PENDING_KEY.format(id=library_id))
             pending = int(raw) if raw is not None and raw.isdigit() else None
-        return LibraryState(lib.status, pending, scanned=lib.last_scan_at is not None)
+        return LibraryState(status, pending, scanned=lib.last_scan_at is not None)
 
     def remove_library(self, library_id: int) -> None:
         """Forget a library (rows only; files on disk are never touched)."""
         with self.write() as conn:
             conn.execute(delete(libraries).where(libraries.c.id == library_id))
             conn.execute(delete(meta).where(meta.c.key == PENDING_KEY.format(id=library_id)))
+            conn.execute(delete(meta).where(meta.c.key == BEFORE_OFFLINE_KEY.format(id=library_id)))
 
     # -- images -------------------------------------------------------------
     def image_records(self, library_id: int) -> list[ImageRecord]:

@@ -93,7 +93,8 @@ def cmd_libraries(args: argparse.Namespace) -> int:
         rows = []
         for lib in svc.catalog.libraries():
             state = svc.catalog.library_state(lib.id)
-            rows.append({"id": lib.id, "root": lib.root, "status": lib.status, "state": state.label,
+            # The folder is looked at now: offline when it is missing, online again when it is back.
+            rows.append({"id": lib.id, "root": lib.root, "status": state.status, "state": state.label,
                          "pending": state.pending, "counts": svc.catalog.status_counts(lib.id)})
         if args.json:
             common.print_json(rows)

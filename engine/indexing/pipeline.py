@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.catalog import LIBRARY_PARTIAL, Catalog, ImageWrite
+from engine.catalog import LIBRARY_PARTIAL, Catalog, ImageWrite, root_reachable
 from engine.errors import DecodeError, JobCancelled
 from engine.fileutil import sha256_file
 from engine.index.store import IndexStore
@@ -31,7 +31,6 @@ from engine.jobs import CancelToken, Progress, RateMeter
 from engine.metadata import read_photo_metadata, sidecar_state
 from engine.models.base import Embedder
 from engine.types import (
-    LIBRARY_OFFLINE,
     LIBRARY_ONLINE,
     STATUS_DELETED,
     STATUS_OK,
@@ -203,12 +202,12 @@ class Indexer:
         summary = IndexSummary(root=str(root), model_id=self.embedder.model_id, model_identity=model_id)
 
         lib = self.catalog.library_by_root(root)
-        if not root.is_dir():
+        if not root_reachable(root):
             # Missing or unmounted root: report offline, delete nothing.
             summary.offline = True
             if lib is not None:
                 summary.library_id = lib.id
-                self.catalog.set_library_status(lib.id, LIBRARY_OFFLINE)
+                self.catalog.mark_library_offline(lib.id)  # comes back as it was (library_state)
             summary.elapsed_s = time.monotonic() - t0
             yield Progress("done", message=f"{root} is offline or missing; nothing changed",
                            extra={"summary": summary})
