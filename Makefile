@@ -40,7 +40,8 @@ test-cluster: $(STAMP)
 	$(BIN)/pip install --quiet -r requirements-cluster.lock -c requirements.lock
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m cluster tests/cluster
 
-# Tests against the real tools photographers' files come from (Debian's exiv2 and exiftool): installs
+# Tests against the real tools photographers' files come from (Debian's exiv2 and exiftool) and against
+# upstream code (open_clip's tokenizer): installs
 # them when missing (CI runs as root) and fails loudly when it cannot; a missing binary fails its
 # tests, never skips them.
 INTEROP_PACKAGES := exiv2 libimage-exiftool-perl acl attr
@@ -50,6 +51,9 @@ test-interop: $(STAMP)
 		echo "test-interop: installing $(INTEROP_PACKAGES) (Debian)"; \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(INTEROP_PACKAGES); } \
 		|| { echo "test-interop: FAILED to install $(INTEROP_PACKAGES); these tests need them" >&2; exit 1; }; }
+	# open_clip's own tokenizer, the reference for the CLIP family's text cleaning: --no-deps, since its
+	# torchvision and timm do not install beside the pinned CPU torch (its tokenizer needs neither).
+	$(BIN)/pip install --quiet --no-deps open_clip_torch==3.3.0
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m interop tests
 
 stress: $(STAMP)
