@@ -37,7 +37,7 @@ import numpy as np
 from engine.catalog import Catalog
 from engine.catalog.dates import picture_date
 from engine.errors import DecodeError, LonglensError
-from engine.fileutil import atomic_write_text
+from engine.fileutil import atomic_write_bytes
 from engine.index.store import IndexStore
 from engine.jobs import CancelToken, Progress, RateMeter
 from engine.options import PHASH_DISTANCE, SIMILARITY_THRESHOLD
@@ -474,7 +474,10 @@ def check_export_path(dest: Path | str, library_roots: Iterable[str]) -> Path:
 
 
 def export_report(report: DuplicateReport, dest: Path | str, library_roots: Iterable[str] = ()) -> Path:
-    """Write the list as CSV or JSON (by the suffix), atomically: the old file or the new, whole."""
+    """Write the list as CSV or JSON (by the suffix), atomically: the old file or the new, whole.
+
+    A file name that is not UTF-8 (POSIX names are bytes) is in the JSON as \\udcXX escapes and in
+    the CSV as its own bytes, as `ls > list` would write it: both give the exact name back."""
     from engine.text.inert import json_text
 
     dest = check_export_path(dest, library_roots)
@@ -482,5 +485,5 @@ def export_report(report: DuplicateReport, dest: Path | str, library_roots: Iter
         text = json_text(report.as_dict(), indent=2) + "\n"
     else:
         text = report_csv(report)
-    atomic_write_text(dest, text)
+    atomic_write_bytes(dest, text.encode("utf-8", "surrogateescape"))
     return dest

@@ -43,7 +43,7 @@ from engine.catalog import Catalog
 from engine.catalog.review_keys import IMAGE_CONTENT_PREFIX, caption_hash, image_key
 from engine.catalog.schema import review_items, review_sessions, verdicts
 from engine.errors import LonglensError
-from engine.fileutil import atomic_write_text
+from engine.fileutil import atomic_write_bytes
 from engine.text.captions import CSV_SUFFIXES, JSONL_SUFFIXES, RowProblem, open_error_message, read_captions
 from engine.text.inert import csv_row, json_text
 from engine.text.sentences import split_sentences as _split_sentences
@@ -476,7 +476,9 @@ def export_session(catalog: Catalog, session: ReviewSession, dest: Path | str, f
                 w.writerow(csv_row([it.line_no, it.image_path, "sentence", i, it.sentence_text(i), sv or "", sn]))
         text = buf.getvalue()
     try:
-        atomic_write_text(dest, text)
+        # A path that is not UTF-8 (POSIX names are bytes) goes in as its own bytes; the JSONL
+        # has it as \udcXX escapes (json_text). Both give the exact name back.
+        atomic_write_bytes(dest, text.encode("utf-8", "surrogateescape"))
     except OSError as exc:
         raise ReviewError(f"cannot write {dest}: {exc.strerror or exc}") from None
     return len(items)
