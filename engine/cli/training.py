@@ -245,6 +245,9 @@ def cmd_train_cache(args: argparse.Namespace) -> int:
               f"cached, {len(extra.get('failed', []))} failed, {extra.get('count', 0)} in total")
         for f in extra.get("failed", [])[:20]:
             print(f"  failed: {inert(f['path'])}: {inert(f['reason'])}")
+        if extra.get("cancelled"):
+            print("CANCELLED: the other images were not embedded; run the command again to finish "
+                  "(what is cached is kept)")
     return 130 if extra.get("cancelled") else 0
 
 
