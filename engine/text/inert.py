@@ -69,11 +69,6 @@ def inert(text: Any, *, layout: bool = False) -> str:
     return (_ACTIVE_BUT_LAYOUT if layout else _ACTIVE).sub(_escape, s)
 
 
-def has_active(text: str) -> bool:
-    """Whether `text` holds a character `inert` would escape (newline and tab included)."""
-    return _ACTIVE.search(text) is not None
-
-
 def json_text(obj: Any, **dumps_kwargs: Any) -> str:
     """json.dumps(obj, ensure_ascii=False, ...) with no raw control, bidi or separator character
     and no lone surrogate: each is a \\uXXXX escape (valid JSON, the same value read back).
@@ -123,4 +118,4 @@ def unwrapped(stream: Any) -> Any:
     return stream
 
 
-__all__ = ["FORMULA_STARTS", "InertStream", "csv_cell", "csv_row", "has_active", "inert", "json_text", "unwrapped"]
+__all__ = ["FORMULA_STARTS", "InertStream", "csv_cell", "csv_row", "inert", "json_text", "unwrapped"]

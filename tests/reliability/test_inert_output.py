@@ -245,12 +245,16 @@ def hostile_library(home, tmp_path) -> tuple[Path, list[Path]]:
     return root, nasty
 
 
-def test_no_verb_writes_a_raw_control_sequence_from_a_file_name_caption_or_message(hostile_library, home, tmp_path):
+def test_no_verb_writes_a_raw_control_sequence_from_a_file_name_caption_or_message(hostile_library, home, paths,
+                                                                                   tmp_path):
     root, nasty = hostile_library
     caps = tmp_path / "caps.jsonl"
     caps.write_text(json.dumps({"image": str(nasty[1]), "caption": "A red \x1b[31mball\x07. Two\u202e trees."}) + "\n"
                     + json.dumps({"image": str(root / "missing\x1b]52;c;QQ==\x07.jpg"), "caption": "x"}) + "\n",
                     encoding="utf-8")
+    with Catalog(paths.catalog) as cat:  # a reviewed caption, for the XMP export's dry run
+        session = review.open_session(cat, caps)
+        review.set_verdict(cat, session.item_ids[0], None, "faithful", "note \x1b[8m\u202e")
     csv_out = tmp_path / "dups.csv"
     runs = [
         ("index", ["index", str(root), *MODEL]),  # with its progress bars
@@ -306,3 +310,4 @@ def test_no_verb_writes_a_raw_control_sequence_from_a_file_name_caption_or_messa
     assert "r\\x1b[1m.jsonl" in got["check"][1].decode()
     assert got["ground"][0] == 0 and "a red \\x1b[31mball\\u202e." in got["ground"][1].decode()
     assert got["error"][0] == 2 and "none\\x1b]52;c;QQ==\\x07.jsonl" in got["error"][2].decode()
+    assert "csi\\x1b[2J\\x1b[31mred" in got["xmp_dry_run"][1].decode(), got["xmp_dry_run"]  # listed, escaped
