@@ -136,7 +136,7 @@ def test_ctrl_c_during_check_exits_130_names_how_far_it_got_and_keeps_the_previo
     code, out, err = child.finish()
     assert code == 130, err
     m = re.search(r"interrupted after checking (\d+) of 40 lines: no report was written", err)
-    assert m is not None and 4 <= int(m.group(1)) < 40, err
+    assert m is not None and 3 <= int(m.group(1)) < 40, err  # line 4 printed its error; its record may not be in
     assert "checked" not in out  # no success summary
     assert report.read_bytes() == before  # the previous report is whole and untouched
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report.jsonl")]  # no temporary file left
