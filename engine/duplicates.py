@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import sqlite3
 import threading
@@ -38,7 +37,7 @@ import numpy as np
 from engine.catalog import Catalog
 from engine.catalog.dates import picture_date
 from engine.errors import DecodeError, LonglensError
-from engine.fileutil import atomic_write_text
+from engine.fileutil import atomic_write_bytes
 from engine.index.store import IndexStore
 from engine.jobs import CancelToken, Progress, RateMeter
 from engine.options import PHASH_DISTANCE, SIMILARITY_THRESHOLD
@@ -448,14 +447,18 @@ CSV_COLUMNS = ("group", "kind", "files_in_group", "group_bytes", "path", "size_b
 
 
 def report_csv(report: DuplicateReport) -> str:
+    """The list as CSV, one row per file. A file name may start like a spreadsheet formula: every
+    cell is quoted and such a cell starts with "'" (engine.text.inert.csv_cell, the OWASP rule)."""
+    from engine.text.inert import csv_row
+
     buf = io.StringIO()
-    out = csv.writer(buf, lineterminator="\n")
+    out = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
     out.writerow(CSV_COLUMNS)
     for n, g in enumerate(report.groups, start=1):
         for f in g.files:
-            out.writerow([n, g.kind, len(g.files), g.total_bytes, f.path, f.size, f.date, f.date_source,
-                          f.width if f.width is not None else "", f.height if f.height is not None else "",
-                          f.sha256, g.detail])
+            out.writerow(csv_row([n, g.kind, len(g.files), g.total_bytes, f.path, f.size, f.date, f.date_source,
+                                  f.width if f.width is not None else "", f.height if f.height is not None else "",
+                                  f.sha256, g.detail]))
     return buf.getvalue()
 
 
@@ -471,11 +474,16 @@ def check_export_path(dest: Path | str, library_roots: Iterable[str]) -> Path:
 
 
 def export_report(report: DuplicateReport, dest: Path | str, library_roots: Iterable[str] = ()) -> Path:
-    """Write the list as CSV or JSON (by the suffix), atomically: the old file or the new, whole."""
+    """Write the list as CSV or JSON (by the suffix), atomically: the old file or the new, whole.
+
+    A file name that is not UTF-8 (POSIX names are bytes) is in the JSON as \\udcXX escapes and in
+    the CSV as its own bytes, as `ls > list` would write it: both give the exact name back."""
+    from engine.text.inert import json_text
+
     dest = check_export_path(dest, library_roots)
     if dest.suffix.lower() == ".json":
-        text = json.dumps(report.as_dict(), indent=2, ensure_ascii=False) + "\n"
+        text = json_text(report.as_dict(), indent=2) + "\n"
     else:
         text = report_csv(report)
-    atomic_write_text(dest, text)
+    atomic_write_bytes(dest, text.encode("utf-8", "surrogateescape"))
     return dest

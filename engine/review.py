@@ -32,7 +32,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -44,8 +43,9 @@ from engine.catalog import Catalog
 from engine.catalog.review_keys import IMAGE_CONTENT_PREFIX, caption_hash, image_key
 from engine.catalog.schema import review_items, review_sessions, verdicts
 from engine.errors import LonglensError
-from engine.fileutil import atomic_write_text
+from engine.fileutil import atomic_write_bytes
 from engine.text.captions import CSV_SUFFIXES, JSONL_SUFFIXES, RowProblem, open_error_message, read_captions
+from engine.text.inert import csv_row, json_text
 from engine.text.sentences import split_sentences as _split_sentences
 
 VERDICTS: tuple[str, ...] = ("faithful", "unfaithful", "unsure")
@@ -457,24 +457,28 @@ def export_session(catalog: Catalog, session: ReviewSession, dest: Path | str, f
             for i in range(len(it.sentences)):
                 sv, sn = _v(it.sentence_verdicts.get(i))
                 sentences.append({"index": i, "text": it.sentence_text(i), "verdict": sv, "note": sn})
-            lines.append(json.dumps({
+            lines.append(json_text({
                 "line": it.line_no, "image": it.image_path, "caption": it.caption,
                 "verdict": verdict, "note": note, "sentences": sentences,
-            }, ensure_ascii=False))
+            }))
         text = "\n".join(lines) + ("\n" if lines else "")
     else:
+        # Captions, notes and file names come from the user: a spreadsheet would run one that
+        # starts like a formula. Every cell is quoted and such a cell starts with "'" (csv_cell).
         buf = io.StringIO(newline="")
-        w = csv.writer(buf, lineterminator="\n")
+        w = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
         w.writerow(["line", "image", "scope", "sentence_index", "text", "verdict", "note"])
         for it in items:
             verdict, note = _v(it.verdict)
-            w.writerow([it.line_no, it.image_path, "item", "", it.caption, verdict or "", note])
+            w.writerow(csv_row([it.line_no, it.image_path, "item", "", it.caption, verdict or "", note]))
             for i in range(len(it.sentences)):
                 sv, sn = _v(it.sentence_verdicts.get(i))
-                w.writerow([it.line_no, it.image_path, "sentence", i, it.sentence_text(i), sv or "", sn])
+                w.writerow(csv_row([it.line_no, it.image_path, "sentence", i, it.sentence_text(i), sv or "", sn]))
         text = buf.getvalue()
     try:
-        atomic_write_text(dest, text)
+        # A path that is not UTF-8 (POSIX names are bytes) goes in as its own bytes; the JSONL
+        # has it as \udcXX escapes (json_text). Both give the exact name back.
+        atomic_write_bytes(dest, text.encode("utf-8", "surrogateescape"))
     except OSError as exc:
         raise ReviewError(f"cannot write {dest}: {exc.strerror or exc}") from None
     return len(items)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from engine.cli import (
     bench,
     cluster,
+    common,
     datagen,
     demo,
     dev,
@@ -49,11 +50,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # POSIX file names are bytes: one that is not UTF-8 reaches Python as lone surrogates, which
-    # a strict UTF-8 stdout (e.g. an en_US.UTF-8 terminal) refuses with a traceback. Print such
-    # names as their original bytes, as `ls` does (Python already does this under the C locale).
+    # a strict UTF-8 stdout (e.g. an en_US.UTF-8 terminal) refuses with a traceback. The output
+    # net below shows such bytes as \xNN; what still reaches the stream raw (a progress bar's
+    # own text) is written as its original bytes rather than refused.
     for stream in (sys.stdout, sys.stderr):
         if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="surrogateescape")
+    # Whatever reaches the terminal is inert (engine.text.inert): file names, captions and the
+    # messages quoting them can hold escape sequences. Left in place when an exception escapes,
+    # so that its traceback is written through the net too.
+    saved = common.inert_output()
+    common.forget_cancelled_jobs()
+    code = _run(argv)
+    common.restore_output(saved)
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     argv, job_args = dev.split_job_args(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
@@ -64,9 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.home:
         os.environ["LONGLENS_HOME"] = args.home
     try:
-        return int(args.func(args) or 0)
-    except JobCancelled:
-        print("cancelled", file=sys.stderr)
+        code = int(args.func(args) or 0)
+    except JobCancelled as exc:
+        # The job's own words when a command gave them (what was kept, what was not written).
+        said = str(exc)
+        print("cancelled" if said in ("", "cancelled by the user") else f"cancelled: {said}", file=sys.stderr)
         return 130
     except LonglensError as exc:
         print(f"longlens: error: {flag_hint(exc, getattr(args, 'flags', None))}", file=sys.stderr)
@@ -74,6 +89,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    if code == 0 and common.jobs_cancelled():
+        # A command whose job was cancelled but that reported as if it had finished: what it
+        # printed is what was done, and the rest was not. Never exit 0 for an interrupted run.
+        print("interrupted: the run stopped before it finished (Ctrl+C); what is listed above is what was "
+              "done, the rest was not done", file=sys.stderr)
+        return 130
+    return code
 
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]

@@ -10,13 +10,12 @@ Ray and pyarrow load inside the command functions only (they are the optional `c
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from engine.cli import common
-from engine.errors import LonglensError
+from engine.errors import JobCancelled, LonglensError
+from engine.text.inert import inert
 
 
 def cmd_cluster_index(args: argparse.Namespace) -> int:
@@ -48,25 +47,35 @@ def cmd_cluster_index(args: argparse.Namespace) -> int:
         target = out if len(args.paths) == 1 else out / f"{i:02d}-{Path(folder).name or 'root'}"
         last = common.run_job(lambda tok, f=folder, t=target: run_cluster_index(f, t, model, paths, options, tok),
                               quiet=args.json or args.quiet)
+        if last is None or "summary" not in last.extra:
+            raise JobCancelled("interrupted before the run could report; the shards written are kept, run again "
+                               "to resume")
         s = last.extra["summary"].as_dict()
         summaries.append(s)
         if not args.json:
             print(_index_text(s))
+        if s["cancelled"]:
+            # Ctrl+C stops the whole command, not only this folder's run.
+            left = [str(f) for f in args.paths[i + 1:]]
+            if left and not args.json:
+                print("not started: " + ", ".join(inert(f) for f in left))
+            summaries += [{"root": f, "not_started": True, "cancelled": True} for f in left]
+            break
     if args.json:
-        json.dump(summaries[0] if len(summaries) == 1 else summaries, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        common.print_json(summaries[0] if len(summaries) == 1 else summaries)
     return 130 if any(s["cancelled"] for s in summaries) else 0
 
 
 def _index_text(s: dict) -> str:
-    lines = [f"cluster run {s['run_id']}  {s['root']} -> {s['out']}  (model {s['model_id']}, {s['address']})",
+    lines = [f"cluster run {s['run_id']}  {inert(s['root'])} -> {inert(s['out'])}  (model {inert(s['model_id'])}, "
+             f"{inert(s['address'])})",
              f"  scanned {s['scanned']}  already in shards {s['already_in_shards']}  written {s['processed']}  "
              f"embedded {s['embedded']}  shards {s['shards_written']}  actors {s['actors']}  "
              f"in {s['elapsed_s']:.1f}s"]
     if s["cancelled"]:
         lines.append("  CANCELLED: the shards written are kept; run again to resume")
     lines += common.file_problem_lines(s)
-    lines.append(f"  next: longlens import-shards {s['out']} --library {s['root']}")
+    lines.append(f"  next: longlens import-shards {inert(s['out'])} --library {inert(s['root'])}")
     return "\n".join(lines)
 
 
@@ -87,20 +96,25 @@ def cmd_import_shards(args: argparse.Namespace) -> int:
             lambda tok: import_shards(svc.catalog, svc.store, args.shards_dir, args.library, model_id=expected,
                                       source_root=args.source, cancel=tok, installed_identity=identity_here),
             quiet=args.json or args.quiet, bars=common.Bars(unit="file"))
+    if last is None or "summary" not in last.extra:
+        raise JobCancelled("interrupted before the import could report; run it again (importing twice changes "
+                           "nothing)")
     s = last.extra["summary"].as_dict()
     if args.json:
-        json.dump(s, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        common.print_json(s)
     else:
         m = s["merge"]
-        print(f"imported {s['shards_read']} shards of {s['source_root']} into {s['library']} (model {s['model_id']})")
+        print(f"imported {s['shards_read']} shards of {inert(s['source_root'])} into {inert(s['library'])} "
+              f"(model {inert(s['model_id'])})")
         print(f"  rows {s['rows']}  duplicates dropped {s['duplicate_rows']}  stale {s['stale_rows']}")
         print(f"  new {m['new']}  changed {m['changed']}  moved {m['moved']}  unchanged {m['unchanged']}  "
               f"deleted {m['deleted']}  unreadable {len(m['unreadable'])}")
         for b in s["bad_shards"]:
-            print(f"  BAD SHARD skipped: {b['reason']}")
+            print(f"  BAD SHARD skipped: {inert(b['reason'])}")
         for n in s["notes"] + m["index_notes"]:
-            print(f"  note: {n}")
+            print(f"  note: {inert(n, layout=True)}")
+        if m["cancelled"]:
+            print("  CANCELLED: the files merged so far are kept; run the import again to finish it")
     if s["merge"]["cancelled"]:
         return 130
     return 2 if s["bad_shards"] else 0

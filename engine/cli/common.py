@@ -7,7 +7,6 @@ Nothing here imports a heavy library at module level: `longlens --help` must ans
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any
 
 from engine.errors import LonglensError
 from engine.jobs import CancelToken, Progress, first_interrupt_cancels
+from engine.text.inert import InertStream, inert, json_text, unwrapped
 
 STOPPING = "\nstopping at the next checkpoint (Ctrl+C again to abort) ..."
 
@@ -32,9 +32,10 @@ def services(args: argparse.Namespace):
     return Services(paths(args))
 
 
-def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, ensure_ascii=False, default=str)
-    sys.stdout.write("\n")
+def print_json(obj: Any, *, indent: int | None = 2) -> None:
+    """`obj` as JSON on stdout: valid JSON whose strings hold no raw control, bidi or separator
+    character (each is a \\uXXXX escape; engine.text.inert.json_text), the same values read back."""
+    sys.stdout.write(json_text(obj, indent=indent, default=str) + "\n")
 
 
 def file_problem_lines(s: dict, limit: int = 50) -> list[str]:
@@ -43,8 +44,41 @@ def file_problem_lines(s: dict, limit: int = 50) -> list[str]:
     for key in ("unreadable", "skipped"):
         if s.get(key):
             lines.append(f"  {key} ({len(s[key])}):")
-            lines += [f"    {u['path']}: {u['reason']}" for u in s[key][:limit]]
+            lines += [f"    {inert(u['path'])}: {inert(u['reason'])}" for u in s[key][:limit]]
     return lines
+
+
+# -- what every command writes to the terminal is inert ----------------------------------
+def inert_output() -> tuple[Any, Any]:
+    """Route sys.stdout and sys.stderr through engine.text.inert.InertStream: whatever any
+    command, error message or traceback writes reaches the terminal with its control characters
+    escaped (newlines and tabs kept). Returns the streams it replaced, for restore_output.
+    Values a command prints on one line (paths, captions) go through `inert` as well, which
+    also escapes a newline inside them, so no file name can forge a line of the output."""
+    saved = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, InertStream):
+        sys.stdout = InertStream(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, InertStream):
+        sys.stderr = InertStream(sys.stderr)  # type: ignore[assignment]
+    return saved
+
+
+def restore_output(saved: tuple[Any, Any]) -> None:
+    sys.stdout, sys.stderr = saved
+
+
+# -- interrupted runs ----------------------------------------------------------------------
+_cancelled_jobs: list[str] = []  # the stages at which this process's jobs were cancelled
+
+
+def jobs_cancelled() -> bool:
+    """Whether a job run by run_job in this command was cancelled (Ctrl+C): main() then never
+    exits 0, whatever the command returned."""
+    return bool(_cancelled_jobs)
+
+
+def forget_cancelled_jobs() -> None:
+    _cancelled_jobs.clear()
 
 
 # -- the progress driver ------------------------------------------------------------
@@ -69,6 +103,7 @@ def run_job(make_job: Callable[[CancelToken], Iterator[Progress]], *, quiet: boo
     The Ctrl+C rule of every command: the first Ctrl+C only cancels the token (printing
     `stopping`), and the job stops at its next checkpoint, keeping what it committed; a second
     Ctrl+C aborts: the job is closed (its cleanup runs) and KeyboardInterrupt goes on to main().
+    A cancelled job is remembered (jobs_cancelled): the command's exit status is then never 0.
     Why not let the first one raise: a KeyboardInterrupt raised inside the job's generator (where
     it nearly always lands) would end it without its checkpoint, and workers in the middle of a
     file would never learn of the cancel.
@@ -76,6 +111,7 @@ def run_job(make_job: Callable[[CancelToken], Iterator[Progress]], *, quiet: boo
     from tqdm import tqdm
 
     token = CancelToken()
+    terminal = unwrapped(sys.stderr)
     job = make_job(token)
     shown: dict[str, Any] = {}
     last = None
@@ -91,17 +127,19 @@ def run_job(make_job: Callable[[CancelToken], Iterator[Progress]], *, quiet: boo
                     for b in shown.values():
                         b.close()
                     unit = bars.unit_of(last.stage)
-                    bar = shown[last.stage] = tqdm(total=last.total, desc=last.stage, unit=unit,
-                                                   unit_scale=unit in bars.scaled_units, file=sys.stderr,
+                    # The bar draws with \r on the terminal itself (not through InertStream);
+                    # the text in it is made inert here.
+                    bar = shown[last.stage] = tqdm(total=last.total, desc=inert(last.stage), unit=unit,
+                                                   unit_scale=unit in bars.scaled_units, file=terminal,
                                                    dynamic_ncols=True)
                     if bars.announce and last.message:
-                        bar.write(last.message, file=sys.stderr)
+                        bar.write(inert(last.message, layout=True), file=terminal)
                 if last.total is not None and bar.total != last.total:
                     bar.total = last.total
                 if bars.postfix is not None:
                     text = bars.postfix(last)
                     if text is not None:
-                        bar.set_postfix_str(text, refresh=False)
+                        bar.set_postfix_str(inert(text), refresh=False)
                 bar.update(max(last.done - bar.n, 0))
     except KeyboardInterrupt:
         token.cancel()
@@ -112,6 +150,8 @@ def run_job(make_job: Callable[[CancelToken], Iterator[Progress]], *, quiet: boo
     finally:
         for b in shown.values():
             b.close()
+        if token.cancelled:
+            _cancelled_jobs.append(last.stage if last is not None else "start")
     return last
 
 

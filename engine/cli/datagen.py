@@ -17,7 +17,8 @@ from typing import Any
 
 from engine import options
 from engine.cli import common
-from engine.errors import LonglensError
+from engine.errors import JobCancelled, LonglensError
+from engine.text.inert import inert
 
 API_KEY_ENV = "LONGLENS_API_KEY"
 # Seeds from 1000 on are SceneWorld's evaluation scenes: training data never uses them.
@@ -138,8 +139,8 @@ def cmd_datagen(args: argparse.Namespace) -> int:
         if args.json:
             common.print_json(summary)
         else:
-            print(last.message)
-        return 0
+            print(inert(last.message, layout=True))
+        return 130 if summary.get("cancelled") else 0
 
     missing = [f"--{n}" for n in ("endpoint", "generator", "scorer") if not getattr(args, n)]
     if missing:
@@ -160,6 +161,8 @@ def cmd_datagen(args: argparse.Namespace) -> int:
         limit=args.limit,
     )
     last = _drive(lambda tok: datagen_job(req, tok), quiet=args.quiet or args.json)
+    if last is None or "summary" not in last.extra:
+        raise JobCancelled(f"stopped before any image was done; {inert(args.out)} is as it was")
     summary = last.extra["summary"]
     if args.json:
         common.print_json(summary)
@@ -167,9 +170,9 @@ def cmd_datagen(args: argparse.Namespace) -> int:
         if summary["torn_bytes_removed"]:
             print(f"note: removed an unfinished last line ({summary['torn_bytes_removed']} bytes) left by an "
                   "interrupted run", file=sys.stderr)
-        print(last.message)
+        print(inert(last.message, layout=True))
         for f in summary["failed"][:20]:
-            print(f"  failed: {f['image']}: {f['reason']}")
+            print(f"  failed: {inert(f['image'])}: {inert(f['reason'])}")
         if len(summary["failed"]) > 20:
             print(f"  ... and {len(summary['failed']) - 20} more (--json lists all)")
         if summary["failed"]:

@@ -33,6 +33,11 @@ def _index_demo(svc, model: str, photos: Path, out: TextIO):
     """Index the demo folder under a progress bar and print the summary; returns the embedder."""
     embedder = svc.embedder(model)
     last = common.run_job(lambda tok: svc.indexer(embedder).run(photos, cancel=tok), quiet=False)
+    if last is None or "summary" not in last.extra or last.extra["summary"].cancelled:
+        from engine.errors import JobCancelled
+
+        # No sample query and no app on a half-indexed demo: the next `longlens demo` resumes.
+        raise JobCancelled("the demo collection was not fully indexed; run `longlens demo` again to finish")
     s = last.extra["summary"]
     print(f"indexed: {s.new} new, {s.unchanged} unchanged, {len(s.unreadable)} unreadable "
           f"({s.elapsed_s:.1f}s)", file=out)

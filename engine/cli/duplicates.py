@@ -10,6 +10,7 @@ from typing import Any
 
 from engine import options
 from engine.cli import common
+from engine.text.inert import inert
 
 DEFAULT_NEAR_DISTANCE = 6  # engine.duplicates.DEFAULT_NEAR_DISTANCE (a test checks they agree)
 KIND_WORDS = {"exact": "exact copies", "near": "near-duplicates", "similar": "visually similar"}
@@ -30,6 +31,8 @@ def cmd_duplicates(args: argparse.Namespace) -> int:
             name = svc.default_model_name(args.model)
             identity = installed_identity(name, svc.paths).image
         cache = PhashCache(svc.paths.cache / "phash.sqlite3")
+        from engine.errors import JobCancelled
+
         try:
             last = common.run_job(
                 lambda tok: find_duplicates(svc.catalog, svc.store, library_roots=args.library,
@@ -37,13 +40,13 @@ def cmd_duplicates(args: argparse.Namespace) -> int:
                                             model_identity=identity, model_name=name, phash_cache=cache,
                                             cancel=tok),
                 quiet=args.json or args.quiet, bars=common.Bars(unit="img", need_total=True))
+        except JobCancelled:
+            raise JobCancelled(_not_done(args)) from None
         finally:
             cache.close()
         report = last.extra["report"] if last is not None and "report" in last.extra else None
         if report is None:
-            from engine.errors import JobCancelled
-
-            raise JobCancelled("stopped before any group was found")
+            raise JobCancelled(_not_done(args))
         if args.out is not None:
             dest = export_report(report, args.out, roots)
         if args.json:
@@ -53,20 +56,26 @@ def cmd_duplicates(args: argparse.Namespace) -> int:
             print(f"{counts} group(s), among {report.looked_at} pictures in {len(report.libraries)} "
                   f"librar{'y' if len(report.libraries) == 1 else 'ies'}")
             for n, g in enumerate(report.groups, start=1):
-                print(f"[{n}] {KIND_WORDS[g.kind]} · {len(g.files)} files · {human_size(g.total_bytes)} · {g.detail}")
+                print(f"[{n}] {KIND_WORDS[g.kind]} · {len(g.files)} files · {human_size(g.total_bytes)} · {inert(g.detail)}")
                 for f in g.files:
                     mark = "*" if f.date_source == "file time" else " "
-                    print(f"    {human_size(f.size):>10}  {f.date[:16].replace('T', ' ')}{mark}  {f.path}")
+                    print(f"    {human_size(f.size):>10}  {f.date[:16].replace('T', ' ')}{mark}  {inert(f.path)}")
             if any(f.date_source == "file time" for g in report.groups for f in g.files):
                 print("* no EXIF or XMP date: the date shown is the file's modification time")
             for u in report.unreadable:
-                print(f"  unreadable (no perceptual hash): {u['path']}: {u['reason']}")
+                print(f"  unreadable (no perceptual hash): {inert(u['path'])}: {inert(u['reason'])}")
             for note in report.notes:
-                print(f"note: {note}")
+                print(f"note: {inert(note, layout=True)}")
             print("Nothing was deleted or changed: Longlens only lists duplicates.")
         if args.out is not None:
-            print(f"wrote the list to {dest}", file=sys.stderr)
+            print(f"wrote the list to {inert(dest)}", file=sys.stderr)
     return 0
+
+
+def _not_done(args: argparse.Namespace) -> str:
+    """What an interrupted `duplicates` did and did not do."""
+    written = f"; no list was written to {inert(args.out)}" if args.out is not None else ""
+    return f"stopped before the groups were complete: none is listed{written} (nothing was changed)"
 
 
 DUPLICATES_FLAGS = {"library": "--library", "model": "--model", "out": "--out", "near_distance": "--near",

@@ -21,6 +21,7 @@ from typing import Any
 from engine import options
 from engine.cli import common
 from engine.errors import LonglensError
+from engine.text.inert import inert
 
 GROUNDING = "grounding"
 DEFAULT_REAL_MODEL = "blip-itm-base-coco"
@@ -193,7 +194,7 @@ def _cmd_harness(args: argparse.Namespace) -> int:
     else:
         print(render_markdown(report))
         for kind, path in files.items():
-            print(f"{kind}: {path}")
+            print(f"{kind}: {inert(path)}")
     return 0
 
 

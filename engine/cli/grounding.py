@@ -10,7 +10,6 @@ Heavy imports (torch, the models) happen inside the command functions.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from engine.errors import LonglensError
 from engine.fileutil import atomic_write_text
 from engine.grounding.items import check_caption, load_image
 from engine.grounding.report import grounding_json, write_outputs
+from engine.text.inert import inert, json_text
 
 
 def register(sub: Any) -> None:
@@ -141,20 +141,19 @@ def cmd_ground(args: argparse.Namespace) -> int:
     # folder that replaces the old one whole, so a killed run never mixes two runs' files.
     with staged_folder(args.out, "ground") as stage:
         report["files"] = write_outputs(image, g, stage)
-        atomic_write_text(stage / "grounding.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        atomic_write_text(stage / "grounding.json", json_text(report, indent=2) + "\n")
     if args.json:
-        json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
-        sys.stdout.write("\n")
+        common.print_json(report)
     else:
-        print(f"{len(g.phrases)} phrases, verdict: {report['verdict']}; model {g.model_id} ({g.method}"
+        print(f"{len(g.phrases)} phrases, verdict: {report['verdict']}; model {inert(g.model_id)} ({g.method}"
               f"{'' if g.calibrated else ', uncalibrated'})")
         for s in report["sentences"]:
             flag = "  LOW" if s["low_support"] else ""
-            print(f"  sentence {s['index']}: {s['support']:.2f}{flag}  {s['text']}")
+            print(f"  sentence {s['index']}: {s['support']:.2f}{flag}  {inert(s['text'])}")
         for p in report["phrases"]:
             flag = "  LOW" if p["low_support"] else ""
-            print(f"    {p['kind']:11} {p['support']:.2f}{flag}  {p['claim']}")  # a relation's claim, not "on"
-        print(f"overlays and maps in {args.out}")
+            print(f"    {p['kind']:11} {p['support']:.2f}{flag}  {inert(p['claim'])}")  # a relation's claim, not "on"
+        print(f"overlays and maps in {inert(args.out)}")
     note = uncalibrated_note(g)
     if note is not None:
         print(note, file=sys.stderr)
@@ -182,7 +181,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         common.print_json(summary)
     else:
         for text in summary.get("problems", [])[:20]:
-            print(text, file=sys.stderr)
+            print(inert(text), file=sys.stderr)
         if summary.get("skipped", 0) > 20:
             print(f"... and {summary['skipped'] - 20} more (--json lists them all)", file=sys.stderr)
         for level, info in summary.get("levels", {}).items():
@@ -190,5 +189,5 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             state = f"fitted, AUC {info['auc']:.3f} on these data" if info.get("fitted") else f"not fitted: {info['why']}"
             print(f"  {level:9} {counts}: {state}")
         if last is not None:
-            print(last.message)
+            print(inert(last.message, layout=True))
     return 1 if summary.get("skipped") else 0

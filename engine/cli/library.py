@@ -11,6 +11,7 @@ from typing import Any
 from engine import options
 from engine.cli import common
 from engine.errors import JobCancelled
+from engine.text.inert import inert
 
 
 def cmd_paths(args: argparse.Namespace) -> int:
@@ -19,13 +20,13 @@ def cmd_paths(args: argparse.Namespace) -> int:
         common.print_json(paths.as_dict())
     else:
         for k, v in paths.as_dict().items():
-            print(f"{k:8} {v}")
+            print(f"{k:8} {inert(v)}")
     return 0
 
 
 def summary_text(s: dict) -> str:
     lines = [
-        f"library  {s['root']}  (model {s['model_id']})",
+        f"library  {inert(s['root'])}  (model {inert(s['model_id'])})",
     ]
     if s["offline"]:
         lines.append("  OFFLINE: the folder is missing or unmounted; nothing was changed")
@@ -39,14 +40,16 @@ def summary_text(s: dict) -> str:
         lines.append(f"  metadata: {s['xmp_reread']} pictures' XMP read again (sidecar added, edited or removed); "
                      "not re-embedded")
     if s["cancelled"]:
-        lines.append("  CANCELLED: committed batches are kept; run again to resume")
+        pending = s.get("pending")
+        left = f"{pending} file{'s' if pending != 1 else ''} not indexed yet; " if pending else ""
+        lines.append(f"  CANCELLED: {left}committed batches are kept; run again to resume")
     if s.get("pair_files_left_out"):
         lines.append(pair_line(s))
     lines += common.file_problem_lines(s)
     if s.get("xmp_problems"):
         lines.append(f"  metadata problems ({len(s['xmp_problems'])}; the rest of each picture's metadata was read):")
-        lines += [f"    {u['path']}: {u['reason']}" for u in s["xmp_problems"][:50]]
-    lines += [f"  note: {n}" for n in s["index_notes"]]
+        lines += [f"    {inert(u['path'])}: {inert(u['reason'])}" for u in s["xmp_problems"][:50]]
+    lines += [f"  note: {inert(n, layout=True)}" for n in s["index_notes"]]
     return "\n".join(lines)
 
 
@@ -72,20 +75,41 @@ def cmd_index(args: argparse.Namespace) -> int:
         indexer = svc.indexer(embedder, batch_size=args.batch_size, decode_workers=args.decode_workers,
                               raw_jpeg_pairs=args.raw_jpeg_pairs)
         summaries = []
-        for folder in args.paths:
+        for n, folder in enumerate(args.paths):
             last = common.run_job(lambda tok, f=folder: indexer.run(f, cancel=tok), quiet=args.json or args.quiet)
             if last is None or "summary" not in last.extra:
                 # The run stopped before it could report; committed batches are kept.
-                raise JobCancelled("interrupted; committed batches are kept, run again to resume")
+                raise JobCancelled("interrupted; committed batches are kept, run again to resume"
+                                   + not_started_text(args.paths[n + 1:]))
             summary = last.extra["summary"].as_dict()
+            if summary["cancelled"] and summary.get("library_id") is not None:
+                # What was not done: the files of this folder left to index.
+                summary["pending"] = svc.catalog.library_state(summary["library_id"]).pending
             summaries.append(summary)
             if not args.json:
                 print(summary_text(summary))
+            if summary["cancelled"]:
+                # Ctrl+C stops the whole command, not only this folder's run.
+                left = [str(f) for f in args.paths[n + 1:]]
+                if left and not args.json:
+                    print(not_started_text(left).lstrip("; "))
+                for f in left:
+                    summaries.append({"root": f, "not_started": True, "cancelled": True, "offline": False})
+                break
         if args.json:
             common.print_json(summaries[0] if len(summaries) == 1 else summaries)
+        if any(s["cancelled"] for s in summaries):
+            return 130
         if any(s["offline"] for s in summaries):
             return 3
-        return 130 if any(s["cancelled"] for s in summaries) else 0
+        return 0
+
+
+def not_started_text(folders: list) -> str:
+    """"; not started: FOLDER, ..." for the folders an interrupted `index` did not reach ("" if none)."""
+    if not folders:
+        return ""
+    return "; not started: " + ", ".join(inert(f) for f in folders)
 
 
 def cmd_libraries(args: argparse.Namespace) -> int:
@@ -101,7 +125,7 @@ def cmd_libraries(args: argparse.Namespace) -> int:
         else:
             for r in rows:
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(r["counts"].items())) or "empty"
-                print(f"{r['id']:3}  {r['state']:8} {r['root']}  ({counts})")
+                print(f"{r['id']:3}  {r['state']:8} {inert(r['root'])}  ({counts})")
     return 0
 
 

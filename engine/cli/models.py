@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli import common
+from engine.text.inert import inert
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -22,9 +23,9 @@ def cmd_models(args: argparse.Namespace) -> int:
         else:
             for r in rows:
                 state = "installed" if r.installed else "not installed"
-                print(f"{r.name:24} {r.backend:16} {state:14} {r.description}")
+                print(f"{inert(r.name):24} {inert(r.backend):16} {state:14} {inert(r.description)}")
                 if r.text_towers:
-                    print(f"{'':24} query readers included (--text-tower NAME): {', '.join(r.text_towers)}")
+                    print(f"{'':24} query readers included (--text-tower NAME): {', '.join(inert(t) for t in r.text_towers)}")
         return 0
     if args.models_cmd == "pull":
         from engine.models.download import pull_model
@@ -46,13 +47,13 @@ def cmd_models(args: argparse.Namespace) -> int:
 
         backend = registry.import_backend(Path(args.dir).expanduser(), args.name)
         dest = import_model(Path(args.dir), args.name, paths, backend=backend, replace=args.replace)
-        print(f"imported {args.name} ({backend}) into {dest}")
+        print(f"imported {inert(args.name)} ({inert(backend)}) into {inert(dest)}")
         return 0
     if args.models_cmd == "convert":
         common.run_job(lambda tok: _convert_job(Path(args.file), args.name, paths, args.replace, tok),
                        quiet=False, bars=common.Bars(unit="B"))
-        print(f"converted {Path(args.file).name} and installed {args.name} in "
-              f"{registry.installed_model_dir(args.name, paths)}")
+        print(f"converted {inert(Path(args.file).name)} and installed {inert(args.name)} in "
+              f"{inert(registry.installed_model_dir(args.name, paths))}")
         return 0
     if args.models_cmd == "verify":
         from engine.models.download import verify_model
@@ -62,7 +63,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             common.print_json({"name": args.name, "ok": report.ok,
                                "files": [dataclasses.asdict(f) for f in report.files]})
         else:
-            print(report.summary())
+            print(inert(report.summary(), layout=True))
         return 0 if report.ok else 1
     raise AssertionError(args.models_cmd)
 

@@ -9,7 +9,6 @@ Heavy imports (torch, the models) happen inside the command functions.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from engine.fileutil import atomic_write_text
 from engine.grounding.items import check_caption, load_image, read_items
 from engine.grounding.report import LOW_SUPPORT, grounding_json, html_report, write_outputs
 from engine.options import THRESHOLD
+from engine.text.inert import inert, json_text
 
 
 def register(sub: Any) -> None:
@@ -75,23 +75,34 @@ def cmd_check(args: argparse.Namespace) -> int:
     # A report is one unit: this run's overlays and arrays go into a folder of their own under
     # REPORT_files/, which the page names only once it is complete (see engine/outputs.py).
     assets = ReportAssets.begin(html_dir, "check-assets") if html_dir is not None else None
+    records: list[dict[str, Any]] = []
+    writing = False
     try:
-        counts, records, errors = _check_lines(args, items, grounder, assets)
+        counts, errors = _check_lines(args, items, grounder, assets, records)
         # The reports are written whole at the end (temp file + rename): an interrupted check
         # leaves the previous report, never half of a new one.
+        writing = True
         if assets is not None:
             assets.commit()
-        atomic_write_text(args.out, "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records))
+        atomic_write_text(args.out, "".join(json_text(rec) + "\n" for rec in records))
         if assets is not None:
             atomic_write_text(args.html, html_report(records, html_dir.name, args.threshold, assets.run_id))
             assets.prune()
-    except BaseException:
+    except BaseException as exc:
         if assets is not None:
             assets.abort()
+        if isinstance(exc, KeyboardInterrupt):
+            # What was done and what was not, before main() exits 130.
+            if writing:
+                print("interrupted while writing the reports: each is whole, this run's or the one before",
+                      file=sys.stderr)
+            else:
+                print(f"interrupted after checking {len(records)} of {len(items)} lines: no report was written "
+                      f"({inert(args.out)} is as it was)", file=sys.stderr)
         raise
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    print(f"checked {len(items)} lines: {summary}; report in {args.out}"
-          + (f", HTML in {args.html}" if args.html else ""))
+    print(f"checked {len(items)} lines: {summary}; report in {inert(args.out)}"
+          + (f", HTML in {inert(args.html)}" if args.html else ""))
     note = uncalibrated_note(grounder)
     if note is not None and any(rec.get("calibrated") is False for rec in records):
         print(note, file=sys.stderr)
@@ -117,10 +128,11 @@ def _items(args: argparse.Namespace) -> list[tuple[int, dict[str, Any] | None, s
 
 
 def _check_lines(args: argparse.Namespace, items: list[tuple[int, dict[str, Any] | None, str | None]],
-                 grounder: Any, assets: Any) -> tuple[dict[str, int], list[dict[str, Any]], int]:
+                 grounder: Any, assets: Any, records: list[dict[str, Any]]) -> tuple[dict[str, int], int]:
+    """Check each line, appending its record to `records` (so an interrupted run knows how far it
+    got); returns the counts per verdict and the number of lines in error."""
     errors = 0
     counts: dict[str, int] = {}
-    records = []
     for line, item, error in items:
         rec: dict[str, Any] = {"line": line}
         image = None
@@ -143,7 +155,7 @@ def _check_lines(args: argparse.Namespace, items: list[tuple[int, dict[str, Any]
         if error is not None:
             rec.update({"verdict": "error", "error": error})
             errors += 1
-            print(f"{args.source_name}:{line}: {error}", file=sys.stderr)
+            print(f"{inert(args.source_name)}:{line}: {inert(error)}", file=sys.stderr)
         counts[rec["verdict"]] = counts.get(rec["verdict"], 0) + 1
         records.append(rec)
-    return counts, records, errors
+    return counts, errors

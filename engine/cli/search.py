@@ -9,6 +9,7 @@ from typing import Any
 
 from engine import options
 from engine.cli import common
+from engine.text.inert import inert
 
 # engine.catalog.dates.DATE_FROM_FILE_TIME (not imported here: `longlens --help` loads no SQLAlchemy).
 DATE_FROM_FILE_TIME = "file time"
@@ -50,9 +51,9 @@ def cmd_search(args: argparse.Namespace) -> int:
                                           rerank=args.rerank, rerank_k=args.rerank_k, order=args.sort,
                                           cutoff=args.cutoff)
         for warning in result.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
+            print(f"warning: {inert(warning, layout=True)}", file=sys.stderr)
         for note in result.notes:
-            print(f"note: {note}", file=sys.stderr)
+            print(f"note: {inert(note, layout=True)}", file=sys.stderr)
         if args.json:
             common.print_json({
                 "model": result.model_id,
@@ -69,7 +70,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             return 0
         if result.tokens_total is not None:
             note = " (TRUNCATED)" if result.truncated else ""
-            print(f"query: {result.tokens_used}/{result.tokens_total} tokens used{note}; model {result.model_id}")
+            print(f"query: {result.tokens_used}/{result.tokens_total} tokens used{note}; model {inert(result.model_id)}")
         if result.cutoff is not None:
             print(f"cut-off: {result.cutoff.text()}")
         if not result.hits:
@@ -80,7 +81,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         for h in result.hits:
             rr = h.extra.get("rerank_score")
             both = f"  itm {rr:6.4f} (ann #{h.extra['ann_rank']})" if rr is not None else ""
-            print(f"{h.rank:4}  {h.score:8.4f}{both}  {_date_column(h)}  {h.path}")
+            print(f"{h.rank:4}  {h.score:8.4f}{both}  {_date_column(h)}  {inert(h.path)}")
         if any(h.date_source == DATE_FROM_FILE_TIME for h in result.hits):
             print("* no EXIF or XMP date: the date shown is the file's modification time")
         return 0

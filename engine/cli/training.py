@@ -20,6 +20,7 @@ from typing import Any
 from engine import limits, options
 from engine.cli import common
 from engine.errors import LonglensError
+from engine.text.inert import inert
 
 TRAIN_BATCH = options.count("batch size", 1, 65536)
 GRAD_ACCUM = options.count("gradient accumulation steps", 1, 4096)
@@ -154,10 +155,11 @@ def run_training_job(make_job: Any, quiet: bool) -> Any:
 
     def report_problems(p: Any) -> None:
         if p.stage == "validate" and p.message and not quiet and p.extra.get("problems"):
-            print(f"data problems ({p.extra['problems']}, {p.extra['skipped']} lines skipped):\n{p.message}",
+            print(f"data problems ({p.extra['problems']}, {p.extra['skipped']} lines skipped):\n"
+                  f"{inert(p.message, layout=True)}",
                   file=sys.stderr)
         if p.stage == "validate" and p.extra.get("text_tokens_cut") and not quiet:
-            print(f"note: {p.message}", file=sys.stderr)
+            print(f"note: {inert(p.message, layout=True)}", file=sys.stderr)
 
     return common.run_job(make_job, quiet=quiet, bars=BARS, stopping=STOPPING, on_progress=report_problems)
 
@@ -208,7 +210,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.json:
         common.print_json(extra)
     elif last is not None:
-        print(last.message)
+        print(inert(last.message, layout=True))
         if extra.get("final_loss") is not None:
             print(f"steps {extra.get('steps')}  final loss {extra['final_loss']:.4f}  "
                   f"examples {extra.get('examples')}  skipped lines {extra.get('skipped_lines')}")
@@ -226,7 +228,8 @@ def cmd_train_cache(args: argparse.Namespace) -> int:
     paths = common.paths(args).ensure()
     data = read_training_jsonl(args.data, strict=args.strict)
     if data.errors and not args.json:
-        print(f"skipping {len(data.skipped_lines)} bad lines:\n{format_problems(data, limit=10, severity='error')}",
+        print(f"skipping {len(data.skipped_lines)} bad lines:\n"
+              f"{inert(format_problems(data, limit=10, severity='error'), layout=True)}",
               file=sys.stderr)
     base = resolve_base(args.base, paths)
     embedder = load_embedder_for(base, paths, device=args.device)
@@ -238,10 +241,13 @@ def cmd_train_cache(args: argparse.Namespace) -> int:
     if args.json:
         common.print_json(extra)
     else:
-        print(f"cache {extra.get('cache')}: {extra.get('added', 0)} embedded, {extra.get('reused', 0)} already "
+        print(f"cache {inert(extra.get('cache'))}: {extra.get('added', 0)} embedded, {extra.get('reused', 0)} already "
               f"cached, {len(extra.get('failed', []))} failed, {extra.get('count', 0)} in total")
         for f in extra.get("failed", [])[:20]:
-            print(f"  failed: {f['path']}: {f['reason']}")
+            print(f"  failed: {inert(f['path'])}: {inert(f['reason'])}")
+        if extra.get("cancelled"):
+            print("CANCELLED: the other images were not embedded; run the command again to finish "
+                  "(what is cached is kept)")
     return 130 if extra.get("cancelled") else 0
 
 
@@ -258,11 +264,11 @@ def cmd_train_validate(args: argparse.Namespace) -> int:
                                   for p in data.problems]})
     else:
         for p in data.problems[: args.limit]:
-            print(p.format(data.path))
+            print(inert(p.format(data.path)))
         if len(data.problems) > args.limit:
             print(f"... and {len(data.problems) - args.limit} more (--limit)")
         s = data.summary()
-        print(f"{s['file']}: {s['lines']} lines, {s['valid']} usable, {s['skipped']} would be skipped, "
+        print(f"{inert(s['file'])}: {s['lines']} lines, {s['valid']} usable, {s['skipped']} would be skipped, "
               f"{s['errors']} errors, {s['warnings']} warnings")
     return 1 if failing else 0
 
@@ -287,11 +293,11 @@ def cmd_train_convert(args: argparse.Namespace) -> int:
     else:
         problems = summary.get("problems", [])
         for text in problems[:20]:
-            print(text, file=sys.stderr)
+            print(inert(text), file=sys.stderr)
         if summary.get("skipped", 0) > 20:
             print(f"... and {summary['skipped'] - 20} more (--json lists the first {len(problems)})", file=sys.stderr)
         if last is not None:
-            print(last.message)
+            print(inert(last.message, layout=True))
         if summary.get("duplicate_images"):
             print(f"note: {summary['duplicate_images']} lines repeat an earlier line's image (kept)")
     if summary.get("cancelled"):

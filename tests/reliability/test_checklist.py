@@ -24,6 +24,7 @@ from engine.catalog import Catalog
 from engine.config import get_paths
 from engine.index.store import STALE_TEMP_AGE_S, index_path, remove_stale_temp_files
 from engine.index.vector_index import VectorIndex
+from engine.text.inert import inert
 from tests.e2e.conftest import TINY_MODEL
 from tests.reliability.conftest import last_progress
 
@@ -640,12 +641,15 @@ def test_26_odd_file_names_are_indexed_and_printed(home, photos, tmp_path):
         got = subprocess.run([sys.executable, "-m", "engine", "search", "a picture", *MODEL, "--folder", str(odd),
                               *fmt], cwd=ROOT, env=env, capture_output=True, timeout=300)
         assert got.returncode == 0 and b"Traceback" not in got.stderr, got.stderr.decode(errors="replace")
-        if fmt:
-            shown = {h["path"] for h in json.loads(got.stdout.decode("utf-8", "surrogateescape"))["results"]}
+        # The terminal gets valid UTF-8 (item 44: no raw byte of a name reaches it).
+        text = got.stdout.decode("utf-8")
+        if fmt:  # JSON gives each name exactly (a byte that is not UTF-8 as a \udcXX escape)
+            shown = {h["path"] for h in json.loads(text)["results"]}
             assert shown == {str(odd / n) for n in names}
-        else:
-            for n in names:  # printed as the file's own bytes, like `ls`
-                assert os.fsencode(str(odd / n)) in got.stdout
+        else:  # shown on one line each, an undecodable byte as \xNN and a tab as \t, like `ls -b`
+            for n in names:
+                assert inert(str(odd / n)) in text
+            assert "caf\\xe9 latin-1.jpg" in text and "a  b\\tc.jpg" in text
 
 
 # 27 ------------------------------------------------------------------------------------------
