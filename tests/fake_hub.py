@@ -21,6 +21,7 @@ import re
 import select
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,16 +51,23 @@ class FakeHub:
         self.down_after_drop = False  # a file cut off by drop_once is then unavailable (its next GET: 503)
         self.impostor = False  # answer like a plain web server (captive portal), without hub headers
         self.redirect_lfs = False  # LFS files: 302 to /cdn/... (with X-Linked-Size), as huggingface.co does
-        # GETs of these send their headers and then nothing, until the client goes or the hub closes.
-        self.stall: set[str] = set()
+        # GETs of these send their headers and that many bytes of the body, then nothing, until the
+        # client goes away or the hub closes.
+        self.stall: dict[str, int] = {}
+        # The size announced for these files (Content-Length, X-Linked-Size), whatever the bytes are.
+        self.claimed_size: dict[str, int] = {}
         self.stalled = threading.Event()  # set when a stalled GET has sent its headers
         self.stall_ended = threading.Event()  # set when the client of a stalled GET went away
+        self.stalled_at = self.stall_ended_at = 0.0  # time.monotonic() of those two moments
         # GETs of these send the file and then endless filler: "unannounced" with no Content-Length (the
         # body ends when the connection does) but the hub's X-Linked-Size; "lying" with a Content-Length of
         # OVERLONG_CLAIM bytes (and no X-Linked-Size). `sent` counts body bytes sent per file.
         self.overlong: dict[str, str] = {}
         self.sent: dict[str, int] = {}
         self.requests: list[tuple[str, str, str | None]] = []  # (method, raw path, Range) of every request
+        self.headers_seen: list[dict[str, str]] = []  # the headers of every request
+        self.silent = False  # accept every request and never answer it (until the client goes)
+        self.hide_linked_size = False  # "unannounced" answers carry no X-Linked-Size either
         self._closing = threading.Event()
         self._lock = threading.Lock()
         hub = self
@@ -131,9 +139,12 @@ class FakeHub:
     def _record(self, h: BaseHTTPRequestHandler) -> None:
         with self._lock:
             self.requests.append((h.command, h.path, h.headers.get("Range")))
+            self.headers_seen.append(dict(h.headers))
 
     def _serve(self, h: BaseHTTPRequestHandler, *, head: bool) -> None:
         self._record(h)
+        if self.silent:
+            return self._stall(h, "", b"", headers_sent=False)
         path = unquote(h.path)
         cdn = path.startswith(_CDN)
         m = _RESOLVE.match(path[len(_CDN) - 1:] if cdn else path)
@@ -169,10 +180,11 @@ class FakeHub:
             return self._error(h, 503, "ServiceUnavailable")
         start = 0
         rng = h.headers.get("Range")
+        size = self.claimed_size.get(fname, len(data))
         if rng and not head:
             start = int(re.fullmatch(r"bytes=(\d+)-", rng)[1])  # type: ignore[index]
             h.send_response(206)
-            h.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            h.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
         else:
             h.send_response(200)
         body = data[start:]
@@ -181,11 +193,12 @@ class FakeHub:
         if overlong == "lying":
             h.send_header("Content-Length", str(OVERLONG_CLAIM))
         elif overlong == "unannounced":
-            h.send_header("X-Linked-Size", str(len(data)))
+            if not self.hide_linked_size:
+                h.send_header("X-Linked-Size", str(size))
             h.send_header("Connection", "close")  # the body ends when the connection does
             h.close_connection = True
         else:
-            h.send_header("Content-Length", str(len(body)))
+            h.send_header("Content-Length", str(size - start))
         h.send_header("Accept-Ranges", "bytes")
         if not self.impostor and not cdn:
             h.send_header("X-Repo-Commit", rev)
@@ -195,7 +208,7 @@ class FakeHub:
         if head:
             return
         if fname in self.stall:
-            return self._stall(h)
+            return self._stall(h, fname, body[: self.stall[fname]])
         if overlong:
             return self._send_endlessly(h, fname, body)
         if drop:
@@ -208,10 +221,15 @@ class FakeHub:
         with self._lock:
             self.sent[fname] = self.sent.get(fname, 0) + len(body)
 
-    def _stall(self, h: BaseHTTPRequestHandler) -> None:
-        """Headers sent, then silence: wait until the client hangs up (or the hub closes)."""
-        h.wfile.flush()
+    def _stall(self, h: BaseHTTPRequestHandler, fname: str, first: bytes, *, headers_sent: bool = True) -> None:
+        """Headers and `first` sent, then silence: wait until the client hangs up (or the hub closes)."""
+        if headers_sent:
+            h.wfile.write(first)
+            h.wfile.flush()
         h.close_connection = True
+        with self._lock:
+            self.sent[fname] = self.sent.get(fname, 0) + len(first)
+            self.stalled_at = time.monotonic()
         self.stalled.set()
         conn = h.connection
         while not self._closing.is_set():
@@ -222,6 +240,7 @@ class FakeHub:
                         break  # the client closed or shut down its side
                 except OSError:
                     break
+        self.stall_ended_at = time.monotonic()
         self.stall_ended.set()
 
     def _send_endlessly(self, h: BaseHTTPRequestHandler, fname: str, body: bytes) -> None:
