@@ -156,7 +156,8 @@ class FakeHub:
             if (repo, rev, fname) not in self.files:
                 return self._error(h, 404, "EntryNotFound", rev)
             h.send_response(302)
-            h.send_header("Location", _CDN[:-1] + h.path)
+            # Absolute, on another host name (localhost, not 127.0.0.1), as the hub's CDN is.
+            h.send_header("Location", f"http://localhost:{self.server.server_address[1]}{_CDN[:-1]}{h.path}")
             h.send_header("X-Repo-Commit", rev)
             h.send_header("X-Linked-Size", str(len(self.files[(repo, rev, fname)])))
             h.send_header("Content-Length", "0")

@@ -695,7 +695,8 @@ class _HubConnection:
         response, written = remote.response, remote.offset
         self.progress = written
         try:
-            with open(part, "r+b" if part.exists() else "wb") as f:
+            # Unbuffered: every byte counted is in the file, so what a stop keeps is what it reports.
+            with open(part, "r+b" if part.exists() else "wb", buffering=0) as f:
                 f.seek(written)
                 f.truncate()
                 try:
@@ -709,7 +710,6 @@ class _HubConnection:
                         self.progress = written
                 except httpx2.TimeoutException:
                     raise _Stalled() from None
-                f.flush()
                 os.fsync(f.fileno())
         finally:
             self.discard(response)
@@ -797,7 +797,7 @@ def pull_model(
     if _is_offline_env():
         raise _offline(endpoint, name, "offline mode is enabled (HF_HUB_OFFLINE)")
 
-    cache_dir = paths.cache / "downloads" / spec.repo_id.replace("/", "--") / spec.revision  # type: ignore[union-attr]
+    cache_dir = download_cache_dir(spec, paths)
     cache_dir.mkdir(parents=True, exist_ok=True)
 
     # 1. Files a previous pull finished are kept if they still match their pins (an unpinned one was
@@ -1027,6 +1027,20 @@ class _Meter:
 def _check_cancel(cancel: CancelToken | None) -> None:
     if cancel is not None:
         cancel.raise_if_cancelled()
+
+
+def download_cache_dir(spec: ModelSpec, paths: Paths) -> Path:
+    """Where a pull of `spec` keeps its downloads (finished files and .part files) until installed."""
+    return paths.cache / "downloads" / str(spec.repo_id).replace("/", "--") / str(spec.revision)
+
+
+def kept_download_bytes(name: str, paths: Paths) -> int:
+    """Bytes an interrupted pull of `name` left for the next one to continue from (0: none)."""
+    try:
+        folder = download_cache_dir(get_spec(name), paths)
+    except ModelError:
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
 def _part_path(cached: Path) -> Path:

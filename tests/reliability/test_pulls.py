@@ -33,7 +33,7 @@ from engine.config import Paths, get_paths
 from engine.errors import ModelIntegrityError, OfflineError
 from engine.jobs import Progress
 from engine.models import registry
-from engine.models.download import GIT_TRACKED_MAX, pull_model
+from engine.models.download import GIT_TRACKED_MAX, download_cache_dir, pull_model
 from engine.models.pins import git_blob_id, git_blob_pin, sha256_pin
 from engine.models.registry import ModelSpec, PinnedCheckpoint, installed_model_dir, verify_model
 from tests.fake_hub import OVERLONG_CAP, FakeHub, running_hub
@@ -178,6 +178,8 @@ def test_a_pinned_size_bounds_a_body_that_announces_none(paths: Paths, hub: Fake
 # --- stalls ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # measures the clock
+@pytest.mark.timeout(60)  # a pull that ignores its stall limit or the cancel would hang here
 def test_a_stalled_body_ends_the_pull_after_the_stall_limit_and_the_next_pull_continues_it(
     paths: Paths, hub: FakeHub, served: dict[str, bytes],
 ) -> None:
@@ -205,6 +207,8 @@ def test_a_stalled_body_ends_the_pull_after_the_stall_limit_and_the_next_pull_co
     assert hub.requests[n:] == [("GET", f"/{REPO}/resolve/{REV}/{fname}", f"bytes={first}-")]
 
 
+@pytest.mark.serial  # measures the clock
+@pytest.mark.timeout(60)  # a pull that ignores its stall limit or the cancel would hang here
 def test_a_hub_that_never_answers_ends_the_pull_after_the_stall_limit(
     paths: Paths, hub: FakeHub, served: dict[str, bytes],
 ) -> None:
@@ -258,20 +262,27 @@ def run_child_pull(tmp_path: Path, hub: FakeHub, spec: ModelSpec, *, fsize_limit
                           preexec_fn=limit)
 
 
+@pytest.mark.serial  # measures the clock
+@pytest.mark.timeout(60)  # a pull that ignores its stall limit or the cancel would hang here
 def test_one_ctrl_c_stops_a_stalled_pull_within_a_second(tmp_path: Path, hub: FakeHub) -> None:
     """`python -m engine models pull longclip-b` (the registered spec) against a hub whose answer
     sends its headers and then nothing: one SIGINT, and the child exits 130 at once."""
     spec = registry.get_spec("longclip-b")
     fname = next(iter(spec.files))
     pin = registry.OPENAI_LAYOUT_CHECKPOINTS["longclip-b"]
-    hub.files[(spec.repo_id, spec.revision, fname)] = b"never sent"
+    hub.files[(spec.repo_id, spec.revision, fname)] = b"x" * 100_000
     hub.claimed_size[fname] = pin.size  # the size its pin names, so the answer is accepted
-    hub.stall[fname] = 0
+    hub.stall[fname] = 100_000  # then silence
     env, dirs = child_env(tmp_path, hub)
     proc = subprocess.Popen([sys.executable, "-m", "engine", "models", "pull", "longclip-b"], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    part = download_cache_dir(spec, get_paths(dirs["longlens-home"])) / f"{fname}.part"
     try:
         assert hub.stalled.wait(60), "the child's request never arrived"
+        deadline = time.monotonic() + 30
+        while not (part.is_file() and part.stat().st_size == 100_000):  # the child has written what came
+            assert time.monotonic() < deadline and proc.poll() is None, "the child never wrote the bytes sent"
+            time.sleep(0.01)
         sent = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
         rc = proc.wait(timeout=10)
@@ -281,7 +292,8 @@ def test_one_ctrl_c_stops_a_stalled_pull_within_a_second(tmp_path: Path, hub: Fa
         proc.wait()
     out, err = proc.communicate()
     assert rc == 130, (rc, err)
-    assert "cancelled" in err and "Traceback" not in err
+    assert "cancelled: longclip-b was not installed; the 100.0 kB downloaded so far are kept" in err, err
+    assert "Traceback" not in err
     assert hub.stall_ended.wait(2), "the child's connection was closed"
     print(f"\nCtrl+C during a stalled request: exit {rc} {stopped:.3f} s after SIGINT")
     assert stopped < 1.0, stopped
@@ -290,6 +302,7 @@ def test_one_ctrl_c_stops_a_stalled_pull_within_a_second(tmp_path: Path, hub: Fa
     # Nothing written outside LONGLENS_HOME: the child's HOME and temp folder are as they were.
     assert files_under(dirs["user-home"]) == [] and files_under(dirs["tmpdir"]) == []
     assert not [p for p in dirs["user-home"].rglob("*")], "not even an empty cache folder"
+    assert part.read_bytes() == b"x" * 100_000  # kept for the next pull
 
 
 def test_a_complete_pull_asks_only_for_its_files_and_writes_only_into_longlens_home(
