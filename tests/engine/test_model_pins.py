@@ -13,8 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote

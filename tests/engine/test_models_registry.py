@@ -15,7 +15,6 @@ import re
 import shutil
 import socket
 import sys
-import threading
 import time
 import types
 from collections.abc import Iterator
