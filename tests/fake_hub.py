@@ -218,7 +218,13 @@ class FakeHub:
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)
             return
-        h.wfile.write(body)
+        try:
+            h.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client hung up before reading it all (a pull that stopped, closing the answers it had
+            # open): what any server sees, not a fault of the hub.
+            h.close_connection = True
+            return
         with self._lock:
             self.sent[fname] = self.sent.get(fname, 0) + len(body)
 
