@@ -827,6 +827,11 @@ def pull_model(
             remotes.append((yield from _open_resumable(hub, fname, part, stall_s)))
         total = done_before + sum(r.size for r in remotes)
         present = done_before + sum(r.offset for r in remotes)
+        free = shutil.disk_usage(cache_dir).free
+        if total - present > free:
+            raise ModelError(
+                f"{name} needs {human_size(total - present)} more in {paths.cache}, and only {human_size(free)} "
+                "is free there; nothing more was downloaded. Free some space and pull again.")
         meter = _Meter(total, present=present)
         sizes = meter.report(present, _size_summary(name, len(spec.files), total, present))
         sizes.extra["sizes"] = {"files": len(spec.files), "total": total, "present": present}

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from engine.config import Paths, get_paths
-from engine.errors import ModelIntegrityError, OfflineError
+from engine.errors import ModelError, ModelIntegrityError, OfflineError
 from engine.jobs import Progress
 from engine.models import registry
 from engine.models.download import GIT_TRACKED_MAX, download_cache_dir, pull_model
@@ -173,6 +173,16 @@ def test_a_pinned_size_bounds_a_body_that_announces_none(paths: Paths, hub: Fake
     with pytest.raises(ModelIntegrityError, match=f"more than the {len(data)} bytes of model.safetensors"):
         run_job(pull_model(spec, paths, endpoint=hub.url, stall_s=5))
     assert not list(cache_of(paths).glob("model.safetensors*"))
+
+
+def test_a_pull_larger_than_the_free_space_is_refused_before_any_body(
+    paths: Paths, hub: FakeHub, served: dict[str, bytes],
+) -> None:
+    publish(hub, served)
+    hub.claimed_size["model.safetensors"] = 10**15  # 1 PB, no pin names its size: the announcement stands
+    with pytest.raises(ModelError, match=r"bounded needs 1000000\.0 GB more in .* is free there"):
+        run_job(pull_model(spec_for(served), paths, endpoint=hub.url))
+    assert not [p for p in cache_of(paths).rglob("*") if p.is_file() and p.stat().st_size]
 
 
 # --- stalls ---------------------------------------------------------------------------------------
