@@ -1,8 +1,9 @@
 """Model registry, import, verify and pull (against a real HTTP server on loopback).
 
 Everything is offline: the "hub" is an http.server thread on 127.0.0.1 that speaks the parts of the
-Hugging Face protocol huggingface_hub 2.x uses for single-file downloads (HEAD + ranged GET on
-/{repo}/resolve/{revision}/{file}, with X-Repo-Commit / ETag / Content-Length headers).
+Hugging Face protocol a pull uses (ranged GET on /{repo}/resolve/{revision}/{file}, with
+X-Repo-Commit / ETag / Content-Length headers). The bounds on what a pull reads (overlong bodies,
+stalls, Ctrl+C, requests made) are tested in tests/reliability/test_pulls.py.
 """
 
 from __future__ import annotations
