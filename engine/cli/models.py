@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,18 +29,28 @@ def cmd_models(args: argparse.Namespace) -> int:
                     print(f"{'':24} query readers included (--text-tower NAME): {', '.join(inert(t) for t in r.text_towers)}")
         return 0
     if args.models_cmd == "pull":
-        from engine.models.download import pull_model
+        from engine.errors import JobCancelled
+        from engine.models.download import human_size, kept_download_bytes, pull_model
 
         # One bar per stage: looking files up counts files; the download counts bytes (and checks
         # each file against its pin) with tqdm's size, rate and time left; its first report, the
         # sizes in all and still to fetch, is written above its bar. A checkpoint the backend
         # converts (Long-CLIP's .pt) is checked once more, in bytes, before it is unpickled.
-        common.run_job(
-            lambda tok: pull_model(args.name, paths, cancel=tok, trust_unpinned=args.trust_unpinned),
-            quiet=False,
-            bars=common.Bars(unit=lambda stage: "B" if stage in ("download", "verify") else "file", announce=True,
-                             scaled_units=frozenset({"B"})),
-        )
+        try:
+            common.run_job(
+                lambda tok: pull_model(args.name, paths, cancel=tok, trust_unpinned=args.trust_unpinned),
+                quiet=False,
+                bars=common.Bars(unit=lambda stage: "B" if stage in ("download", "verify") else "file", announce=True,
+                                 scaled_units=frozenset({"B"})),
+            )
+        except JobCancelled:
+            # What the stop left: nothing installed (a model installed before stays as it was), and
+            # the bytes fetched so far, which the next pull continues from.
+            kept = kept_download_bytes(args.name, paths)
+            left = (f"; the {human_size(kept)} downloaded so far are kept, and pulling again continues from there"
+                    if kept else "")
+            print(f"cancelled: {args.name} was not installed{left}", file=sys.stderr)
+            return 130
         print(f"installed {args.name} in {registry.installed_model_dir(args.name, paths)}")
         return 0
     if args.models_cmd == "import":

@@ -17,12 +17,12 @@ This is the only module in Longlens that talks to a model hub. Rules it enforces
   model stays installed until then, and a killed install is repaired at the next start
   (engine.models.install_state).
 
-Why not `hf_hub_download`: in huggingface_hub 2.x it downloads into a process-unique
-`*.incomplete` file and deletes it on failure (huggingface_hub PR #4228), so an interrupted
-900 MB download always restarts from zero. We use huggingface_hub's own pieces instead
-(`get_hf_file_metadata` for the HEAD with the hub's headers and redirects, `http_get` for the
-ranged GET with its retry logic) and keep the partial file under paths.cache ourselves, which
-makes a second pull continue where the first stopped.
+Why not huggingface_hub's downloads (`hf_hub_download`, `http_get`): they run each request inside
+one blocking call that neither a cancel nor a size bound can reach, make requests a pinned pull does
+not need, and keep state in the user's own hub cache; an interrupted 900 MB download restarts from
+zero. The pull speaks the hub's /resolve protocol itself over httpx2 (see "pull" below): one GET per
+pinned file, bounded by its pinned or announced size, with a stall limit and a cancel that stops it
+mid-request; partial files stay under paths.cache, so a second pull continues where the first stopped.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from engine.config import Paths
 from engine.errors import JobCancelled, ModelError, ModelIntegrityError, OfflineError
@@ -423,20 +424,51 @@ def _tower_weights(names: set[str]) -> list[str]:
 
 
 # --- pull ------------------------------------------------------------------------------------
+#
+# The network side of a pull is ours, on httpx2 (the HTTP client huggingface_hub itself is built on,
+# so no new dependency), not huggingface_hub's download functions. Why: those functions run a whole
+# request (HEAD with its own timeouts and retries, then a GET that writes whatever body arrives and
+# checks its length only at the end) inside one blocking call, so neither a body longer than
+# announced, nor a server that stops sending, nor Ctrl+C could stop them; and a pull of pinned
+# files needs nothing else they do (metadata requests, the user's hub cache, telemetry). Here:
+#
+# * one GET per file at the pinned revision (a Range GET to continue a partial file), nothing else;
+# * every body is bounded before its first byte is written, by the file's pinned size where the
+#   registry knows it, else by the size the hub announces (X-Linked-Size, Content-Length /
+#   Content-Range); sizes that disagree, or no size at all, are refused before anything is read,
+#   and a body that goes on past its bound is cut there and deleted;
+# * every socket read has a deadline (`stall_s`): a server that sends nothing for that long ends
+#   the pull with a clear error and the partial file kept for the next pull;
+# * the requests run in a worker thread; the job's own thread only waits in short slices, so a
+#   cancel (the CLI's first Ctrl+C) ends the pull within a fraction of a second even mid-request:
+#   the worker's socket is shut down, and a write lock guarantees it writes nothing afterwards;
+# * nothing is written outside paths.cache / paths.models (no hub client cache, no telemetry).
+
+DEFAULT_HUB = "https://huggingface.co"
+#: Seconds without a byte from the hub before a pull gives up on that request (resumable).
+DEFAULT_STALL_S = 30.0
+_POLL_S = 0.05  # how often the job's thread looks at the cancel token while a request runs
+_MAX_REDIRECTS = 5  # the hub redirects LFS files to its CDN: one hop, sometimes two
+_MAX_FRUITLESS_RESUMES = 3  # reconnects in a row that brought no byte before a pull gives up
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: The hub keeps files over 10 MB in Git LFS; a file pinned by its git blob id is git-tracked, so its
+#: content is no larger than this, whatever an answer announces.
+GIT_TRACKED_MAX = 10 * 1024 * 1024
 
 
 @dataclass
 class _Remote:
+    """One file's open GET: the response (body not read yet) and what the hub said about it."""
+
     filename: str
-    url: str
-    size: int | None
+    size: int  # the whole file's size: pinned, or as the hub announced it
+    offset: int  # where this response's body starts in the file (a resumed .part's length)
+    response: Any  # httpx2.Response, streamed
 
 
 def _is_offline_env() -> bool:
-    from huggingface_hub import constants
-
     flag = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return flag.strip().upper() in {"1", "ON", "YES", "TRUE"} or constants.is_offline_mode()
+    return flag.strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
 def _offline(endpoint: str, name: str, why: str) -> OfflineError:
@@ -446,71 +478,282 @@ def _offline(endpoint: str, name: str, why: str) -> OfflineError:
     )
 
 
-def _hub_error(e: Exception, endpoint: str, spec: ModelSpec, filename: str) -> Exception:
-    """Translate huggingface_hub/httpx errors into errors a user can act on."""
-    import httpx2
-    from huggingface_hub.errors import (
-        FileMetadataError,
-        GatedRepoError,
-        HfHubHTTPError,
-        OfflineModeIsEnabled,
-        RemoteEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+def pinned_size(spec: ModelSpec, filename: str) -> int | None:
+    """The exact size the registry pins for one of spec's files, or None where it pins only a hash.
+    A size belongs to its hash: it is used only when the spec pins that very SHA-256."""
+    from engine.models.registry import OPENAI_LAYOUT_CHECKPOINTS
 
-    if isinstance(e, OfflineModeIsEnabled):
-        return _offline(endpoint, spec.name, "offline mode is enabled (HF_HUB_OFFLINE)")
-    if isinstance(e, httpx2.TransportError):
-        return _offline(endpoint, spec.name, f"{type(e).__name__}: {e}")
-    if isinstance(e, FileMetadataError):
-        return _offline(endpoint, spec.name, f"the server did not answer like a model hub: {e}")
-    if isinstance(e, RevisionNotFoundError):
-        return ModelError(f"the hub has no revision {spec.revision} of {spec.repo_id}")
-    if isinstance(e, RemoteEntryNotFoundError):
-        return ModelError(f"the hub has no {filename} in {spec.repo_id} at {spec.revision}")
-    if isinstance(e, (RepositoryNotFoundError, GatedRepoError)):
-        return ModelError(f"the hub refused access to {spec.repo_id}: {e}")
-    if isinstance(e, HfHubHTTPError):
-        status = getattr(getattr(e, "response", None), "status_code", 0) or 0
-        if status >= 500:
-            return _offline(endpoint, spec.name, f"the hub answered HTTP {status}")
-        return ModelError(f"the hub refused {filename} of {spec.repo_id}: {e}")
-    return e
+    pin = spec.pin(filename)
+    if pin is None or pin.kind != "sha256":
+        return None
+    for checkpoint in OPENAI_LAYOUT_CHECKPOINTS.values():
+        if checkpoint.filename == filename and checkpoint.sha256 == pin.digest:
+            return checkpoint.size
+    return None
 
 
-class _ByteSink:
-    """Shared between the download thread and the generator: bytes so far, and a stop flag."""
+class _Overlong(Exception):
+    """A body went on past its bound (the caller deletes what was written and refuses the file)."""
 
-    def __init__(self, cancel: CancelToken | None) -> None:
-        self.done = 0
-        self.stop = threading.Event()
+    def __init__(self, received: int) -> None:
+        super().__init__(received)
+        self.received = received
+
+
+class _Stalled(Exception):
+    pass
+
+
+class _HubConnection:
+    """The HTTP side of one pull: a client, the responses it has open, and the worker thread that
+    runs each blocking step while the job's thread keeps watch (see the comment above)."""
+
+    def __init__(self, spec: ModelSpec, endpoint: str, cancel: CancelToken | None, stall_s: float) -> None:
+        import httpx2
+
+        self.spec = spec
+        self.endpoint = endpoint
+        self.stall_s = stall_s
         self._cancel = cancel
+        self._stop = threading.Event()
+        self._write_lock = threading.Lock()  # held by each write; abort() takes it to end them for good
+        self._open: set[Any] = set()
+        self._open_lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self.progress = 0  # bytes the current body read has written (read by the job's thread)
+        # No token (public models only), no compression (byte ranges count file bytes), no cookies
+        # kept; proxies and CA settings from the environment as any client would honour them.
+        self.client = httpx2.Client(
+            headers={"User-Agent": f"longlens/{_longlens_version()}", "Accept-Encoding": "identity"},
+            timeout=httpx2.Timeout(stall_s),
+            follow_redirects=False,
+            trust_env=True,
+        )
 
-    def check(self) -> None:
-        if self.stop.is_set() or (self._cancel is not None and self._cancel.cancelled):
-            raise JobCancelled("cancelled by the user")
+    # -- running blocking steps where a cancel can reach them --------------------------------
 
+    def run(self, step: Any, tick: Any = None) -> Generator[Progress, None, Any]:
+        """Run step() in the worker thread; yield tick() (a Progress or None) every few hundredths
+        of a second meanwhile; return its result or raise its error. A cancel aborts the step and
+        raises JobCancelled at once, whatever the step is blocked in."""
+        box: dict[str, Any] = {}
 
-class _Bar:
-    """Stands in for tqdm inside huggingface_hub's http_get: counts bytes, stops on cancel."""
+        def work() -> None:
+            try:
+                box["value"] = step()
+            except BaseException as e:  # handed over to the job's thread
+                box["error"] = e
 
-    def __init__(self, sink: _ByteSink, *, initial: int = 0, **_: Any) -> None:
-        self._sink = sink
-        sink.done = initial
+        worker = threading.Thread(target=work, name=f"longlens-pull-{self.spec.name}", daemon=True)
+        self._worker = worker
+        worker.start()
+        while True:
+            worker.join(_POLL_S)
+            if self._cancel is not None and self._cancel.cancelled:
+                self.abort()
+                raise JobCancelled("cancelled by the user")
+            if not worker.is_alive():
+                break
+            report = tick() if tick is not None else None
+            if report is not None:
+                yield report
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
 
-    def update(self, n: int = 1) -> None:
-        self._sink.done += n
-        self._sink.check()
+    def abort(self) -> None:
+        """Stop the worker: after this returns it writes no byte, and a blocked read wakes up."""
+        with self._write_lock:
+            self._stop.set()
+        with self._open_lock:
+            responses = list(self._open)
+        for response in responses:
+            _shutdown(response)
 
     def close(self) -> None:
-        pass
+        self.abort()
+        worker = self._worker
+        if worker is not None and worker.is_alive():
+            worker.join(0.5)  # its socket was shut down: it ends now; if not, leave it (a daemon)
+            if worker.is_alive():
+                return  # closing the pool under a thread still inside it could block; it cannot write
+        with self._open_lock:
+            responses, self._open = list(self._open), set()
+        for response in responses:
+            response.close()
+        self.client.close()
 
-    def __enter__(self) -> _Bar:
-        return self
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise JobCancelled("cancelled by the user")
 
-    def __exit__(self, *exc: object) -> None:
-        pass
+    # -- the steps (run in the worker) ------------------------------------------------------
+
+    def open(self, filename: str, offset: int) -> _Remote:
+        """GET one pinned file (from `offset` on with a Range), follow the hub's redirects, check
+        its answer and the size it announces; the body is left unread."""
+        import httpx2
+
+        url = f"{self.endpoint}/{self.spec.repo_id}/resolve/{self.spec.revision}/{quote(filename)}"
+        headers = {"Range": f"bytes={offset}-"} if offset else {}
+        hub = httpx2.URL(self.endpoint)
+        commit: str | None = None
+        linked: int | None = None
+        for _ in range(_MAX_REDIRECTS + 1):
+            self._check_stop()
+            response = self.client.send(self.client.build_request("GET", url, headers=headers), stream=True)
+            with self._open_lock:
+                self._open.add(response)
+            from_hub = (response.url.scheme, response.url.host, response.url.port) == (hub.scheme, hub.host, hub.port)
+            if from_hub:  # what the hub itself says; a CDN it redirects to has no say in it
+                commit = commit or response.headers.get("X-Repo-Commit")
+                linked = linked if linked is not None else _int_header(response, "X-Linked-Size")
+            if response.status_code in _REDIRECTS and "Location" in response.headers:
+                self.discard(response)
+                url = str(response.url.join(response.headers["Location"]))
+                continue
+            break
+        else:
+            self.discard(response)
+            raise _offline(self.endpoint, self.spec.name, f"more than {_MAX_REDIRECTS} redirects for {filename}")
+        try:
+            return self._check_answer(response, filename, offset, commit, linked)
+        except BaseException:
+            self.discard(response)
+            raise
+
+    def _check_answer(self, response: Any, filename: str, offset: int, commit: str | None,
+                      linked: int | None) -> _Remote:
+        spec, status = self.spec, response.status_code
+        if status == 416 and offset:
+            # The part is as long as the file or longer: not something to continue.
+            raise _RangeRefused()
+        if status not in (200, 206):
+            raise self._status_error(response, filename)
+        if commit is None:
+            # A proxy or captive portal answering in the hub's place: nothing it serves can be trusted.
+            raise _offline(self.endpoint, spec.name, f"the answer for {filename} lacks the hub's X-Repo-Commit header")
+        if commit != spec.revision:
+            raise ModelIntegrityError(f"the hub served {filename} from commit {commit}, not the pinned {spec.revision}")
+        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise ModelIntegrityError(f"the hub sent {filename} encoded as {encoding!r} although Longlens asked for "
+                                      "the bytes themselves; nothing was written")
+        length = _int_header(response, "Content-Length")
+        whole: int | None
+        if status == 206:
+            match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+|\*)", response.headers.get("Content-Range", "").strip())
+            if match is None or int(match[1]) != offset:
+                raise ModelIntegrityError(f"the hub answered the request to continue {filename} at byte {offset} "
+                                          f"with another range ({response.headers.get('Content-Range')!r})")
+            whole = None if match[3] == "*" else int(match[3])
+            if length is not None:
+                whole = _agree(filename, whole, offset + length, "Content-Range", "Content-Length")
+        else:
+            offset = 0  # the whole file, whatever was asked: the part starts again
+            whole = length
+        whole = _agree(filename, whole, linked, "Content-Length", "X-Linked-Size")
+        pinned = pinned_size(spec, filename)
+        if pinned is not None and whole is not None and whole != pinned:
+            raise ModelIntegrityError(
+                f"the hub announces {whole} bytes for {filename} of {spec.name}, but its pin is for a file of "
+                f"{pinned} bytes; nothing was downloaded")
+        size = pinned if pinned is not None else whole
+        if size is None:
+            raise ModelIntegrityError(
+                f"the hub did not say how large {filename} of {spec.name} is (no Content-Length), and its pin "
+                "names no size; Longlens downloads only files whose size it knows, so that no answer can fill "
+                "the disk. Nothing was downloaded")
+        pin = spec.pin(filename)
+        if pin is not None and pin.kind == "git-blob" and size > GIT_TRACKED_MAX:
+            raise ModelIntegrityError(
+                f"the hub announces {size} bytes for {filename} of {spec.name}, which is pinned by its git blob id: "
+                f"a git-tracked file, which the hub keeps under {human_size(GIT_TRACKED_MAX)}; nothing was downloaded")
+        if offset > size:
+            raise _RangeRefused()
+        return _Remote(filename, size, offset, response)
+
+    def _status_error(self, response: Any, filename: str) -> Exception:
+        spec, status = self.spec, response.status_code
+        code = response.headers.get("X-Error-Code", "")
+        if status in (429,) or status >= 500:
+            return _offline(self.endpoint, spec.name, f"the hub answered HTTP {status}")
+        if code == "RevisionNotFound":
+            return ModelError(f"the hub has no revision {spec.revision} of {spec.repo_id}")
+        if code == "EntryNotFound":
+            return ModelError(f"the hub has no {filename} in {spec.repo_id} at {spec.revision}")
+        if code in ("RepoNotFound", "GatedRepo") or status in (401, 403):
+            return ModelError(f"the hub refused access to {spec.repo_id} (HTTP {status}{', ' + code if code else ''})")
+        return ModelError(f"the hub refused {filename} of {spec.repo_id} (HTTP {status}{', ' + code if code else ''})")
+
+    def read_body(self, remote: _Remote, part: Path) -> int:
+        """Write remote's body into `part` from remote.offset on, never past remote.size; returns the
+        part's length. Raises _Overlong when the body goes on past the file's size, _Stalled when no
+        byte came for stall_s, httpx2's errors (or EOFError) when the connection ended early."""
+        import httpx2
+
+        response, written = remote.response, remote.offset
+        self.progress = written
+        try:
+            # Unbuffered: every byte counted is in the file, so what a stop keeps is what it reports.
+            with open(part, "r+b" if part.exists() else "wb", buffering=0) as f:
+                f.seek(written)
+                f.truncate()
+                try:
+                    for chunk in response.iter_raw():
+                        if written + len(chunk) > remote.size:
+                            raise _Overlong(written + len(chunk))
+                        with self._write_lock:
+                            self._check_stop()
+                            f.write(chunk)
+                        written += len(chunk)
+                        self.progress = written
+                except httpx2.TimeoutException:
+                    raise _Stalled() from None
+                os.fsync(f.fileno())
+        finally:
+            self.discard(response)
+        if written < remote.size:
+            raise EOFError(f"the connection ended after {written} of {remote.size} bytes")
+        return written
+
+    def discard(self, response: Any) -> None:
+        with self._open_lock:
+            self._open.discard(response)
+        response.close()
+
+
+class _RangeRefused(Exception):
+    """The hub cannot continue the partial file (it is as long as the file, or longer)."""
+
+
+def _shutdown(response: Any) -> None:
+    """Wake a thread blocked reading `response` (shutdown, unlike close, interrupts a recv)."""
+    import socket
+
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+
+def _int_header(response: Any, name: str) -> int | None:
+    value = response.headers.get(name)
+    if value is None:
+        return None
+    if not value.strip().isdigit():
+        raise ModelIntegrityError(f"the hub sent a malformed {name} header ({value!r}); nothing was downloaded")
+    return int(value)
+
+
+def _agree(filename: str, a: int | None, b: int | None, a_name: str, b_name: str) -> int | None:
+    if a is not None and b is not None and a != b:
+        raise ModelIntegrityError(f"the hub's sizes for {filename} disagree ({a_name} says {a} bytes, {b_name} "
+                                  f"{b}); nothing was downloaded")
+    return a if a is not None else b
 
 
 def pull_model(
@@ -520,7 +763,7 @@ def pull_model(
     cancel: CancelToken | None = None,
     trust_unpinned: bool = False,
     endpoint: str | None = None,
-    timeout_s: float = 10.0,
+    stall_s: float = DEFAULT_STALL_S,
 ) -> Generator[Progress, None, Path]:
     """Download, verify and install a registered model. A job: yields Progress, returns the folder.
 
@@ -529,17 +772,18 @@ def pull_model(
     paths.cache, so a pull that was interrupted continues where it stopped. Download reports carry
     the total size, the rate of this pull and the time left.
 
-    `endpoint` defaults to $HF_ENDPOINT (read at call time) or huggingface.co. `timeout_s` bounds the
-    metadata request, so an unreachable hub fails in seconds rather than hanging.
+    `endpoint` defaults to $HF_ENDPOINT (read at call time) or huggingface.co. `stall_s` is how long
+    a request may go without a byte from the hub (connecting, waiting for an answer, or in a body)
+    before the pull stops with the partial file kept; a cancel stops it within a tenth of a second.
+    The hub is asked for the spec's files at its pinned revision and for nothing else.
     """
     spec = spec_or_name if isinstance(spec_or_name, ModelSpec) else get_spec(spec_or_name)
     name = spec.name
     _check_pullable(spec)
     _check_pull_files(spec, trust_unpinned)
-
-    from huggingface_hub import constants
-
-    endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+    if not stall_s > 0:
+        raise ModelError(f"the stall limit of a pull must be a positive number of seconds, not {stall_s!r}")
+    endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_HUB).rstrip("/")
 
     existing = installed_model_dir(name, paths)
     if existing is not None:
@@ -553,63 +797,72 @@ def pull_model(
     if _is_offline_env():
         raise _offline(endpoint, name, "offline mode is enabled (HF_HUB_OFFLINE)")
 
-    cache_dir = paths.cache / "downloads" / spec.repo_id.replace("/", "--") / spec.revision
+    cache_dir = download_cache_dir(spec, paths)
     cache_dir.mkdir(parents=True, exist_ok=True)
 
-    # 1. Ask the hub for each file's location and size (fails fast when offline).
-    remotes: list[_Remote] = []
-    for i, fname in enumerate(spec.files):
-        _check_cancel(cancel)
-        yield Progress("resolve", i, len(spec.files), f"looking up {fname}")
-        remotes.append(_head(spec, fname, endpoint, timeout_s))
-    sizes = [r.size for r in remotes]
-    total = sum(s for s in sizes if s is not None) if all(s is not None for s in sizes) else None
-
-    # 2. Files a previous pull finished are kept if they still match their pins; partial ones resume.
+    # 1. Files a previous pull finished are kept if they still match their pins (an unpinned one was
+    #    renamed from its .part only once complete); partial ones resume.
     digests: dict[str, FileDigests] = {}
-    for remote in remotes:
+    for fname in spec.files:
         _check_cancel(cancel)
-        cached = cache_dir.joinpath(*remote.filename.split("/"))
+        cached = cache_dir.joinpath(*fname.split("/"))
         if cached.is_file():
             found = hash_file(cached)
-            pin = spec.pin(remote.filename)
-            if found.matches(pin) if pin is not None else remote.size in (None, found.size):
-                digests[remote.filename] = found
+            pin = spec.pin(fname)
+            if found.matches(pin) if pin is not None else pinned_size(spec, fname) in (None, found.size):
+                digests[fname] = found
             else:
                 cached.unlink()
     done_before = sum(d.size for d in digests.values())
-    parts = [_part_path(cache_dir.joinpath(*r.filename.split("/"))) for r in remotes if r.filename not in digests]
-    meter = _Meter(total, present=done_before + sum(p.stat().st_size for p in parts if p.is_file()))
-    sizes = meter.report(meter.present, _size_summary(name, len(remotes), total, meter.present))
-    sizes.extra["sizes"] = {"files": len(remotes), "total": total, "present": meter.present}
-    yield sizes
 
-    # 3. Download the rest into the cache (continuing partial files), checking each against its pin.
-    for remote in remotes:
-        _check_cancel(cancel)
-        fname = remote.filename
-        if fname in digests:
-            continue
-        cached = cache_dir.joinpath(*fname.split("/"))
-        yield from _download(remote, cached, spec, endpoint, cancel, done_before, meter)
-        part = _part_path(cached)
-        # Still the download stage: one bar (and one line in the GUI) runs from the first byte to the last check.
-        yield meter.report(done_before + (remote.size or 0), f"checking {fname}")
-        found = hash_file(part)
-        pin = spec.pin(fname)
-        if pin is not None and not found.matches(pin):
-            part.unlink(missing_ok=True)  # so the next pull downloads it afresh
-            raise ModelIntegrityError(
-                f"{fname} of {name} does not match its pin: expected {pin.describe()}, got "
-                f"{found.of_kind(pin.kind)} ({found.size} bytes). The download was deleted and nothing "
-                f"was installed. To get it again, pull {name} again: the file is downloaded afresh. If it "
-                f"fails the same way, the hub (or a proxy between you and it) serves other bytes than "
-                f"revision {spec.revision} holds: import a copy you trust from a folder instead "
-                f"(`longlens models import DIR --name {name}`)."
-            )
-        os.replace(part, cached)
-        digests[fname] = found
-        done_before += found.size
+    hub = _HubConnection(spec, endpoint, cancel, stall_s)
+    try:
+        # 2. One GET per missing file (a Range GET for a partial one): its answer says the size; the
+        #    bodies are read in step 3, smallest first, so a big file's connection waits the least.
+        remotes: list[_Remote] = []
+        missing = [f for f in spec.files if f not in digests]
+        for i, fname in enumerate(missing):
+            yield Progress("resolve", i, len(missing), f"looking up {fname}")
+            part = _part_path(cache_dir.joinpath(*fname.split("/")))
+            remotes.append((yield from _open_resumable(hub, fname, part, stall_s)))
+        total = done_before + sum(r.size for r in remotes)
+        present = done_before + sum(r.offset for r in remotes)
+        free = shutil.disk_usage(cache_dir).free
+        if total - present > free:
+            raise ModelError(
+                f"{name} needs {human_size(total - present)} more in {paths.cache}, and only {human_size(free)} "
+                "is free there; nothing more was downloaded. Free some space and pull again.")
+        meter = _Meter(total, present=present)
+        sizes = meter.report(present, _size_summary(name, len(spec.files), total, present))
+        sizes.extra["sizes"] = {"files": len(spec.files), "total": total, "present": present}
+        yield sizes
+
+        # 3. Read the bodies into the cache (continuing partial files), checking each against its pin.
+        for remote in sorted(remotes, key=lambda r: r.size - r.offset):
+            _check_cancel(cancel)
+            fname = remote.filename
+            cached = cache_dir.joinpath(*fname.split("/"))
+            part = _part_path(cached)
+            yield from _fetch_body(hub, remote, part, spec, meter, done_before)
+            # Still the download stage: one bar (and one line in the GUI) runs from the first byte to the last check.
+            yield meter.report(done_before + remote.size, f"checking {fname}")
+            found = hash_file(part)
+            pin = spec.pin(fname)
+            if pin is not None and not found.matches(pin):
+                part.unlink(missing_ok=True)  # so the next pull downloads it afresh
+                raise ModelIntegrityError(
+                    f"{fname} of {name} does not match its pin: expected {pin.describe()}, got "
+                    f"{found.of_kind(pin.kind)} ({found.size} bytes). The download was deleted and nothing "
+                    f"was installed. To get it again, pull {name} again: the file is downloaded afresh. If it "
+                    f"fails the same way, the hub (or a proxy between you and it) serves other bytes than "
+                    f"revision {spec.revision} holds: import a copy you trust from a folder instead "
+                    f"(`longlens models import DIR --name {name}`)."
+                )
+            os.replace(part, cached)
+            digests[fname] = found
+            done_before += found.size
+    finally:
+        hub.close()
 
     # 4. Assemble the install in a staging folder, convert pickles, then swap it into place.
     _check_cancel(cancel)
@@ -781,121 +1034,101 @@ def _check_cancel(cancel: CancelToken | None) -> None:
         cancel.raise_if_cancelled()
 
 
-def _head(spec: ModelSpec, fname: str, endpoint: str, timeout_s: float) -> _Remote:
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+def download_cache_dir(spec: ModelSpec, paths: Paths) -> Path:
+    """Where a pull of `spec` keeps its downloads (finished files and .part files) until installed."""
+    return paths.cache / "downloads" / str(spec.repo_id).replace("/", "--") / str(spec.revision)
 
-    url = hf_hub_url(spec.repo_id, fname, revision=spec.revision, endpoint=endpoint)  # type: ignore[arg-type]
+
+def kept_download_bytes(name: str, paths: Paths) -> int:
+    """Bytes an interrupted pull of `name` left for the next one to continue from (0: none)."""
     try:
-        meta = get_hf_file_metadata(
-            url,
-            token=False,  # public models only; never send a user's token anywhere
-            timeout=timeout_s,
-            library_name="longlens",
-            library_version=_longlens_version(),
-            endpoint=endpoint,
-        )
-    except Exception as e:
-        mapped = _hub_error(e, endpoint, spec, fname)
-        if mapped is e:
-            raise
-        raise mapped from e
-    if meta.commit_hash is None:
-        # A proxy or captive portal answering in the hub's place: nothing it serves can be trusted.
-        raise _offline(endpoint, spec.name, f"the answer for {fname} lacks the hub's X-Repo-Commit header")
-    if meta.commit_hash != spec.revision:
-        raise ModelIntegrityError(
-            f"the hub served {fname} from commit {meta.commit_hash}, not the pinned {spec.revision}"
-        )
-    return _Remote(fname, meta.location, meta.size)
+        folder = download_cache_dir(get_spec(name), paths)
+    except ModelError:
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
 def _part_path(cached: Path) -> Path:
     return cached.with_name(cached.name + ".part")
 
 
-def _download(
-    remote: _Remote,
-    cached: Path,
-    spec: ModelSpec,
-    endpoint: str,
-    cancel: CancelToken | None,
-    done_before: int,
-    meter: _Meter,
-) -> Iterator[Progress]:
-    """Fetch one file into `<cached>.part`, continuing a partial one; yields byte progress.
+def _open_resumable(hub: _HubConnection, fname: str, part: Path, stall_s: float) -> Generator[Progress, None, _Remote]:
+    """The open GET for one file, continuing its .part where there is one (a part the hub cannot
+    continue, being as long as the file or longer, is dropped and the file asked for whole)."""
+    import httpx2
 
-    The blocking http_get runs in a thread so this generator can keep reporting progress.
-    """
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers
-
-    part = _part_path(cached)
     part.parent.mkdir(parents=True, exist_ok=True)
-    if part.exists() and remote.size is not None and part.stat().st_size > remote.size:
-        part.unlink()  # longer than the file can be: not a prefix of it
-    headers = build_hf_headers(token=False, library_name="longlens", library_version=_longlens_version())
-    # Byte ranges must refer to the file itself, not a compressed transfer of it.
-    headers["Accept-Encoding"] = "identity"
-    sink = _ByteSink(cancel)
-    failure: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            with open(part, "ab") as f:
-                http_get(
-                    remote.url,
-                    f,
-                    resume_size=f.tell(),
-                    headers=headers,
-                    expected_size=remote.size,
-                    displayed_filename=remote.filename,
-                    tqdm_class=partial(_Bar, sink),  # type: ignore[arg-type]
-                )
-        except BaseException as e:  # handed over to the generator thread
-            failure.append(e)
-
-    thread = threading.Thread(target=work, name=f"longlens-pull-{remote.filename}", daemon=True)
-    thread.start()
-    last = -1
+    offset = part.stat().st_size if part.is_file() else 0
     try:
-        while True:
-            thread.join(timeout=0.2)
-            if cancel is not None and cancel.cancelled:
-                raise JobCancelled("cancelled by the user")
-            done = done_before + sink.done
-            if done != last:
-                last = done
-                yield meter.report(done, f"downloading {remote.filename}")
-            if not thread.is_alive():
-                break
-    finally:
-        # On cancel, or when the caller abandons the job: stop the thread before anyone else may
-        # open the same .part file (it notices at its next chunk or network timeout).
-        sink.stop.set()
-        thread.join(timeout=15)
+        try:
+            return (yield from hub.run(partial(hub.open, fname, offset)))
+        except _RangeRefused:
+            part.unlink(missing_ok=True)
+            return (yield from hub.run(partial(hub.open, fname, 0)))
+    except httpx2.TimeoutException:
+        raise _stalled_error(hub, fname, part, stall_s, waiting=True) from None
+    except httpx2.TransportError as e:
+        raise _kept(_offline(hub.endpoint, hub.spec.name, f"{type(e).__name__}: {e}"), fname, part) from None
+    except OfflineError as e:
+        raise _kept(e, fname, part) from None
 
-    if failure:
-        e = failure[0]
-        if isinstance(e, JobCancelled):
-            raise e
-        if isinstance(e, OSError) and "Consistency check failed" in str(e):
-            size = part.stat().st_size if part.exists() else 0
-            if remote.size is not None and size > remote.size:
-                part.unlink(missing_ok=True)
-            raise OfflineError(
-                f"the download of {remote.filename} ended early ({size} of {remote.size} bytes); "
-                f"run `longlens models pull {spec.name}` again to continue it"
-            ) from e
-        mapped = _hub_error(e, endpoint, spec, remote.filename)  # type: ignore[arg-type]
-        if isinstance(mapped, OfflineError):
-            size = part.stat().st_size if part.exists() else 0
-            raise OfflineError(
-                f"{mapped} The partial download ({size} bytes of {remote.filename}) is kept; pull "
-                "again to continue it."
-            ) from e
-        if mapped is e:
-            raise e
-        raise mapped from e
+
+def _fetch_body(hub: _HubConnection, remote: _Remote, part: Path, spec: ModelSpec, meter: _Meter,
+                done_before: int) -> Iterator[Progress]:
+    """Read one file's body into its .part, reconnecting with a Range GET when the connection drops
+    (until reconnecting brings no byte several times in a row); yields byte progress."""
+    import httpx2
+
+    fname = remote.filename
+    last: list[int] = [-1]
+
+    def tick() -> Progress | None:
+        done = done_before + hub.progress
+        if done == last[0]:
+            return None
+        last[0] = done
+        return meter.report(done, f"downloading {fname}")
+
+    fruitless = 0
+    while True:
+        before = remote.offset
+        hub.progress = before
+        try:
+            yield from hub.run(partial(hub.read_body, remote, part), tick)
+            return
+        except _Overlong as e:
+            part.unlink(missing_ok=True)
+            raise ModelIntegrityError(
+                f"the hub sent more than the {remote.size} bytes of {fname} ({spec.name}) that it announced "
+                f"(or that its pin names): the download was stopped at {e.received} bytes received and deleted, "
+                "and nothing was installed."
+            ) from None
+        except _Stalled:
+            raise _stalled_error(hub, fname, part, hub.stall_s, waiting=False) from None
+        except (httpx2.TransportError, EOFError) as e:
+            got = part.stat().st_size if part.is_file() else 0
+            fruitless = 0 if got > before else fruitless + 1
+            if fruitless >= _MAX_FRUITLESS_RESUMES:
+                why = f"the connection kept ending early ({type(e).__name__}: {e})"
+                raise _kept(_offline(hub.endpoint, spec.name, why), fname, part) from None
+        remote = yield from _open_resumable(hub, fname, part, hub.stall_s)
+
+
+def _kept(e: OfflineError, fname: str, part: Path) -> OfflineError:
+    """`e`, saying that the partial file is kept for the next pull (when there is one)."""
+    size = part.stat().st_size if part.is_file() else 0
+    if not size:
+        return e
+    return OfflineError(f"{e} The partial download ({size} bytes of {fname}) is kept; pull again to continue it.")
+
+
+def _stalled_error(hub: _HubConnection, fname: str, part: Path, stall_s: float, *, waiting: bool) -> OfflineError:
+    size = part.stat().st_size if part.is_file() else 0
+    what = "did not answer the request for" if waiting else "stopped sending"
+    kept = (f"The partial download ({size} bytes) is kept; pull again to continue it."
+            if size else "Pull again to retry.")
+    return OfflineError(f"the model hub at {hub.endpoint} {what} {fname} of {hub.spec.name}: no data for "
+                        f"{stall_s:g} seconds. {kept}")
 
 
 def _convert_backend_checkpoint(spec: ModelSpec, cached: Path, found: FileDigests, staging: Path,
