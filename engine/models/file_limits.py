@@ -26,20 +26,22 @@ _READ_SUBFOLDERS = ("text_tower", "tokenizer")
 
 def check_model_file(path: Path, rel: str | None = None) -> None:
     """Refuse one model file over its limit (size, and depth for JSON); nothing when the file's name
-    has no limit. `rel` is how the message names the file (default: its path)."""
+    has no limit. `rel`: its name in the model folder, which decides the limit and names it in the
+    message (default: its path; a hub cache's blob is named by its hash, not by what it is)."""
     path = Path(path)
-    limit = model_file_limit(path.name)
+    name = (rel or path.name).rsplit("/", 1)[-1]
+    limit = model_file_limit(name)
     if limit is None:
         return
     shown = rel or str(path)
     try:
-        if path.name.endswith(".json"):
+        if name.endswith(".json"):
             read_json_file(path, max_bytes=limit)
         else:
             check_file_size(path, limit)
     except FileTooLargeError as exc:
         raise ModelIntegrityError(
-            f"{shown} is too large ({size_words(exc.size)}; the limit for {path.name} is {size_words(limit)}); "
+            f"{shown} is too large ({size_words(exc.size)}; the limit for {name} is {size_words(limit)}); "
             "nothing was read") from None
     except JsonTooDeepError:
         raise ModelIntegrityError(
@@ -70,3 +72,15 @@ def check_model_files(folder: Path | None) -> None:
         return
     for path, _rel in model_files_to_check(Path(folder)):
         check_model_file(path)
+
+
+def check_model_tree(folder: Path) -> None:
+    """check_model_files for every level of `folder` (an import's staged copy, bundled towers and
+    their tokenizer folders included)."""
+    root = Path(folder)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if model_file_limit(name) is not None:
+                path = Path(dirpath) / name
+                check_model_file(path, path.relative_to(root).as_posix())
