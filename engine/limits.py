@@ -46,6 +46,8 @@ parsed (engine.jsonfile, engine.metadata.xmp). The reader's message names the fi
   16 MiB (one line per model file: a sharded model has a few hundred). MAX_SMALL_JSON_BYTES =
   1 MiB for every other small file Longlens or a user writes (training and study metadata,
   calibrations, output-folder markers, cluster shard metadata, datagen/review state).
+  MAX_REPORT_JSON_BYTES = 64 MiB for the reports Longlens writes and reads back to compare or
+  merge (a benchmark run, a study), which hold a row per measurement.
 * MAX_DATASET_JSON_BYTES = 1 GiB: evaluation sets are single JSON files (the Karpathy split of
   Flickr30k is 140 MB, COCO's caption annotations 90 MB); parsing needs several times the size in
   memory, so past this a set is refused, not read.
@@ -72,6 +74,7 @@ MAX_SETTINGS_BYTES = 1 * _MIB
 MAX_MANIFEST_BYTES = 16 * _MIB
 MAX_SMALL_JSON_BYTES = 1 * _MIB
 MAX_DATASET_JSON_BYTES = 1024 * _MIB
+MAX_REPORT_JSON_BYTES = 64 * _MIB
 MAX_TOKENIZER_JSON_BYTES = 64 * _MIB
 MAX_MODEL_CONFIG_BYTES = 4 * _MIB
 MAX_WEIGHT_INDEX_BYTES = 64 * _MIB

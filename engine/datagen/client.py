@@ -26,6 +26,7 @@ from typing import Any
 
 from engine.errors import JobCancelled, LonglensError
 from engine.jobs import CancelToken
+from engine.jsonfile import JsonTooDeepError, loads_bounded
 
 USER_AGENT = "longlens-datagen/1"
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -230,7 +231,9 @@ class ChatClient:
 
     def _result(self, raw: bytes) -> ChatResult:
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = loads_bounded(raw, "the response")
+        except JsonTooDeepError as exc:
+            raise ValueError(str(exc)) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not JSON ({exc})") from None
         if not isinstance(obj, dict):

@@ -18,6 +18,7 @@ from typing import Any
 
 from engine.errors import LonglensError
 from engine.fileutil import fsync_dir
+from engine.jsonfile import loads_bounded
 
 
 class OutputError(LonglensError):
@@ -38,7 +39,7 @@ def image_key(ref: str, base_dir: Path) -> Path:
 
 def _is_whole_line(raw: bytes) -> bool:
     try:
-        obj = json.loads(raw.decode("utf-8"))
+        obj = loads_bounded(raw, "the line")
     except (UnicodeDecodeError, ValueError):
         return False
     return isinstance(obj, dict) and isinstance(obj.get("image"), str)
@@ -79,7 +80,7 @@ def recover(path: Path) -> ResumeState:
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw.decode("utf-8-sig" if n == 1 else "utf-8"))
+            obj = loads_bounded(raw, f"line {n}", encoding="utf-8-sig" if n == 1 else "utf-8")
         except (UnicodeDecodeError, ValueError) as exc:
             raise OutputError(f"{path}:{n}: not a valid JSON line ({exc}); fix or remove that line, "
                               "or write to another file", settings=("out",)) from None
