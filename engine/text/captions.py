@@ -159,7 +159,7 @@ def _jsonl(lines: Iterable[limits.TextLine], base: Path, **kw: bool) -> Iterator
         try:
             obj = loads_bounded(text, f"line {line.line_no}")
         except JsonTooDeepError as exc:
-            yield RowProblem(line.line_no, "line", f"the line nests deeper than {exc.limit} levels (the limit); not read")
+            yield RowProblem(line.line_no, "line", f"nests deeper than {exc.limit} levels (the limit); not read")
             continue
         except ValueError as exc:
             yield RowProblem(line.line_no, "line", f"not valid JSON ({getattr(exc, 'msg', exc)})")
