@@ -7,6 +7,7 @@ the real CLI in a child process where the exit status and the absence of a trace
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import random
@@ -24,6 +25,7 @@ from engine.jsonfile import JsonTooDeepError, json_depth, read_json_file
 from engine.limits import MAX_NESTING_DEPTH
 from engine.metadata.xmp import XmpError, parse_xmp
 from engine.models.registry import bundled_model_dir
+from tests.datagen.conftest import serve  # noqa: F401  (the loopback chat server fixture)
 from tests.e2e.conftest import TINY_MODEL
 from tests.reliability.test_checklist import child_env
 
@@ -305,9 +307,8 @@ def test_index_records_a_deep_sidecar_as_a_problem_and_indexes_everything(home, 
 
 
 def test_a_caption_line_nested_deep_is_a_problem_of_its_line_and_the_others_are_read(tmp_path):
-    from engine.training.data import read_training_jsonl
-
     from engine import review
+    from engine.training.data import read_training_jsonl
 
     photo = tmp_path / "a.jpg"
     from PIL import Image
@@ -341,3 +342,102 @@ def test_the_limits_named_in_engine_limits_cover_every_file_a_model_import_copie
     read_whole = {n for n in _IMPORT_NAMES if n.endswith((".json", ".txt", ".model")) and not n.startswith("LICENSE")}
     assert read_whole <= set(MODEL_FILE_LIMITS), read_whole - set(MODEL_FILE_LIMITS)
     assert os.path.basename("tokenizer/tokenizer.model") in MODEL_FILE_LIMITS
+
+
+# --------------------------------------------------------------------------- datagen
+
+
+def test_a_datagen_answer_over_its_size_or_depth_is_an_unusable_answer_not_a_memory_blow_up(serve):  # noqa: F811
+    from engine.datagen.client import MAX_RESPONSE_BYTES, ChatClient, EndpointError
+    from engine.datagen.fake_server import Reply
+
+    endless = b'{"choices": [' + b" " * (MAX_RESPONSE_BYTES + 10) + b"]}"
+    deep = b'{"choices": [{"message": {"content": "ok"}}], "x": ' + b"[" * DEEP + b"]" * DEEP + b"}"
+    srv = serve({"score": [Reply(raw=endless), Reply(raw=deep)]})
+    client = ChatClient(srv.url, max_retries=0, sleep=lambda s: None)
+    with pytest.raises(EndpointError) as exc:
+        client.chat("m", [{"role": "user", "content": "hi"}], task="score")
+    assert f"unusable answer: the response is larger than {MAX_RESPONSE_BYTES:,} bytes (the limit); not read" in str(
+        exc.value)
+    with pytest.raises(EndpointError) as exc2:
+        client.chat("m", [{"role": "user", "content": "hi"}], task="score")
+    assert f"unusable answer: the response nests deeper than {MAX_NESTING_DEPTH} levels" in str(exc2.value)
+
+
+def test_resuming_a_datagen_output_reads_it_line_by_line_and_refuses_a_deep_line_by_number(tmp_path):
+    from engine.datagen.output import OutputError, recover
+
+    out = tmp_path / "train.jsonl"
+    good = json.dumps({"image": "a.jpg", "original_caption": "x"})
+    out.write_text(good + "\n" + good.replace("a.jpg", "b.jpg") + "\n" + '{"image": "c.jpg"', encoding="utf-8")
+    state = recover(out)
+    assert (state.lines, state.torn_bytes) == (2, len('{"image": "c.jpg"'))
+    assert out.read_text(encoding="utf-8").endswith("b.jpg\", \"original_caption\": \"x\"}\n")
+    with out.open("a", encoding="utf-8") as fh:
+        fh.write('{"image": "d.jpg", "x": ' + "[" * DEEP + "]" * DEEP + "}\n")
+    with pytest.raises(OutputError) as exc:
+        recover(out)
+    assert str(exc.value).startswith(f"{out}:3: not a valid JSON line (line 3 nests deeper than {MAX_NESTING_DEPTH}")
+    # A torn tail of 1 GiB (sparse) is found by reading back from the end and cut, never held whole.
+    out.write_text(good + "\n", encoding="utf-8")
+    with out.open("r+b") as fh:
+        fh.truncate(len(good) + 1 + GIB)
+    state = recover(out)
+    assert (state.lines, state.torn_bytes, out.stat().st_size) == (1, GIB, len(good) + 1)
+
+
+# --------------------------------------------------------------------------- the rule, across the code
+
+# Every json.load/json.loads in engine/ outside engine/jsonfile.py, and why it is not a file or text a
+# user or a model supplies. Anything else goes through engine.jsonfile (read_json_file, loads_bounded).
+JSON_PARSES_ALLOWED: dict[tuple[str, str], str] = {
+    ("engine/catalog/catalog.py", "Catalog.photo_metadata"): "catalog columns Longlens wrote (json.dumps of short lists)",
+    ("engine/training/cache.py", "EmbeddingCache.__init__"): "a probe vector in the embedding cache Longlens writes",
+    ("engine/bench/suite.py", "_strip_for_json"): "a json.dumps round trip of the benchmark's own result",
+    ("engine/bench/rss.py", "run"): "the lines its own child process printed",
+    ("engine/datagen/fake_server.py", "FakeVLMServer._handler_class.Handler.do_POST"): "the test server parsing Longlens's requests",
+}
+
+
+class _JsonParses(ast.NodeVisitor):
+    """(module, enclosing function, line) of every json.load / json.loads call."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+        self.scope: list[str] = []
+        self.found: list[tuple[str, str, int]] = []
+
+    def visit_FunctionDef(self, node) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_ClassDef = visit_FunctionDef
+
+    def visit_Call(self, node: ast.Call) -> None:
+        f = node.func
+        if (isinstance(f, ast.Attribute) and f.attr in ("load", "loads") and isinstance(f.value, ast.Name)
+                and f.value.id == "json"):
+            self.found.append((self.module, ".".join(self.scope) or "<module>", node.lineno))
+        self.generic_visit(node)
+
+
+def _json_parses(root: Path) -> list[tuple[str, str, int]]:
+    found: list[tuple[str, str, int]] = []
+    for path in sorted(root.joinpath("engine").rglob("*.py")):
+        module = path.relative_to(root).as_posix()
+        if module != "engine/jsonfile.py":
+            visitor = _JsonParses(module)
+            visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
+            found += visitor.found
+    return found
+
+
+def test_every_json_parse_in_the_engine_goes_through_the_bounded_reader_unless_it_is_longlens_own():
+    parses = _json_parses(REPO)
+    unlisted = [f"{m}:{line} {fn}()" for m, fn, line in parses if (m, fn) not in JSON_PARSES_ALLOWED]
+    assert not unlisted, ("these parse JSON without engine.jsonfile's size and depth limits; use read_json_file / "
+                          "loads_bounded, or list them in JSON_PARSES_ALLOWED with why the text is Longlens's own:\n"
+                          + "\n".join(unlisted))
+    assert {(m, fn) for m, fn, _ in parses} == set(JSON_PARSES_ALLOWED)  # no stale entry
