@@ -33,12 +33,13 @@ parsed (engine.jsonfile, engine.metadata.xmp). The reader's message names the fi
   once or twice per level against Python's limit of 1,000 frames. The deepest real files seen:
   a transformers tokenizer.json 6 (normalizer/pre_tokenizer sequences), config.json 3, a darktable
   or Lightroom sidecar about 12 (history and masks); 100 is several times any of them.
-* Per-file sizes (MODEL_FILE_LIMITS, by file name in a model or text-tower folder), measured on
-  the largest public files of each kind: tokenizer.json is the only big JSON (bert 0.7 MB, CLIP
-  2.2 MB, Llama 3 9 MB, Gemma 3 33 MB): 64 MiB. vocab.json/merges.txt/vocab.txt run to a few MB
-  (Qwen2's vocab.json 2.8 MB): 16 MiB. A sentencepiece tokenizer.model is at most a few MB: 64 MiB.
-  config.json is a few kB, up to ~1 MB with a 21k-class id2label table: 4 MiB; so is
-  tokenizer_config.json (chat templates, added-token tables: Llama 3's 50 kB). The small ones
+* Per-file sizes (MODEL_FILE_LIMITS, by file name in a model or text-tower folder), several times
+  the largest public files of each kind (approximate sizes as huggingface.co lists them; the files
+  shipped here are far below): tokenizer.json is the only big JSON (bert 0.7 MB, CLIP 2.2 MB,
+  Llama 3 9 MB, Gemma 3 33 MB): 64 MiB. vocab.json/merges.txt/vocab.txt run to a few MB (Qwen2's
+  vocab.json 2.8 MB): 16 MiB. A sentencepiece tokenizer.model is at most a few MB: 64 MiB.
+  config.json is a few kB; tokenizer_config.json holds chat templates and added-token tables
+  (Gemma 3's about 1.2 MB): 4 MiB for both. The small ones
   (preprocessor/processor/generation configs, special_tokens_map.json, a sentence-transformers
   pooling config, Longlens's own lm_tower.json and text_tower.json): 1 MiB, a thousand times
   their real size. model.safetensors.index.json lists every tensor once: 64 MiB.
