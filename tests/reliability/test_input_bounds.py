@@ -441,3 +441,36 @@ def test_every_json_parse_in_the_engine_goes_through_the_bounded_reader_unless_i
                           "loads_bounded, or list them in JSON_PARSES_ALLOWED with why the text is Longlens's own:\n"
                           + "\n".join(unlisted))
     assert {(m, fn) for m, fn, _ in parses} == set(JSON_PARSES_ALLOWED)  # no stale entry
+
+
+@pytest.mark.timeout(600)
+def test_xmp_export_refuses_a_deep_sidecar_with_its_reason_and_writes_the_others(home, cli, tmp_path):
+    """Before: the export's serialiser recursed into the deep packet, a RecursionError stopped the run
+    part-way with no summary."""
+    from PIL import Image
+
+    from engine import review
+    from engine.catalog import Catalog
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name, colour in (("deep.jpg", "navy"), ("plain.jpg", "olive")):
+        Image.new("RGB", (48, 32), colour).save(photos / name, "JPEG")
+    deep_sidecar = photos / "deep.jpg.xmp"
+    deep_sidecar.write_bytes(deep_xmp())
+    assert cli("index", str(photos), "--model", TINY_MODEL, "--quiet")[0] == 0
+    captions = tmp_path / "captions.jsonl"
+    captions.write_text("".join(json.dumps({"image": str(photos / n), "caption": "A small square of colour."}) + "\n"
+                                for n in ("deep.jpg", "plain.jpg")), encoding="utf-8")
+    with Catalog(get_paths().catalog) as cat:
+        session = review.open_session(cat, captions)
+        for item in review.session_items(cat, session):
+            review.set_verdict(cat, item.id, None, "faithful", "checked")
+    rc, out, err = cli("xmp", "export", str(captions), "--convention", "darktable", "--json")
+    summary = json.loads(out)
+    assert rc == 1, err
+    assert summary["counts"] == {"create": 1, "refused": 1}, summary
+    refused = next(s for s in summary["sidecars"] if Path(s["sidecar"]).name == "deep.jpg.xmp")
+    assert f"elements nest deeper than {MAX_NESTING_DEPTH} levels (the limit for XMP)" in json.dumps(refused)
+    assert deep_sidecar.read_bytes() == deep_xmp()  # refused: not touched
+    assert (photos / "plain.jpg.xmp").is_file()
