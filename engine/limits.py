@@ -102,6 +102,9 @@ MODEL_FILE_LIMITS: dict[str, int] = {
     "merges.txt": 16 * _MIB,
     "vocab.txt": 16 * _MIB,
     "tokenizer.model": 64 * _MIB,
+    # transformers reads a chat template beside a tokenizer when there is one (a decoder LM's folder).
+    "chat_template.json": 1 * _MIB,
+    "chat_template.jinja": 1 * _MIB,
 }
 
 
