@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from engine.errors import ModelIntegrityError
-from engine.fileutil import FileTooLargeError
-from engine.jsonfile import JsonTooDeepError, check_file_size, read_json_file
+from engine.fileutil import FileTooLargeError, read_user_file
+from engine.jsonfile import JsonTooDeepError, check_file_size, check_json_depth
 from engine.limits import MAX_NESTING_DEPTH, model_file_limit, size_words
 
 # Subfolders whose files a loader reads: a BLIP text tower imported with its model, and an LM
@@ -36,7 +36,8 @@ def check_model_file(path: Path, rel: str | None = None) -> None:
     shown = rel or str(path)
     try:
         if name.endswith(".json"):
-            read_json_file(path, max_bytes=limit)
+            # Size and depth only: parsing is its reader's work (and its errors are its to word).
+            check_json_depth(read_user_file(path, max_bytes=limit), path)
         else:
             check_file_size(path, limit)
     except FileTooLargeError as exc:
