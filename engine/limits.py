@@ -23,6 +23,35 @@ Why these values:
 
 A caption over a limit is a problem of its line (reported with the line number and the
 reason); the rest of the file is still processed.
+
+Files read whole (JSON, XML, tokenizer files), reliability checklist 33 and 43: each has a size
+limit checked before a byte is read and, for JSON and XML, a nesting limit checked before it is
+parsed (engine.jsonfile, engine.metadata.xmp). The reader's message names the file and the limit.
+
+* MAX_NESTING_DEPTH = 100 levels of arrays/objects (JSON) or elements (XML). Parsers and the
+  walks after them (copy.deepcopy, transformers' config classes, ElementTree's serialiser) recurse
+  once or twice per level against Python's limit of 1,000 frames. The deepest real files seen:
+  a transformers tokenizer.json 6 (normalizer/pre_tokenizer sequences), config.json 3, a darktable
+  or Lightroom sidecar about 12 (history and masks); 100 is several times any of them.
+* Per-file sizes (MODEL_FILE_LIMITS, by file name in a model or text-tower folder), several times
+  the largest public files of each kind (approximate sizes as huggingface.co lists them; the files
+  shipped here are far below): tokenizer.json is the only big JSON (bert 0.7 MB, CLIP 2.2 MB,
+  Llama 3 9 MB, Gemma 3 33 MB): 64 MiB. vocab.json/merges.txt/vocab.txt run to a few MB (Qwen2's
+  vocab.json 2.8 MB): 16 MiB. A sentencepiece tokenizer.model is at most a few MB: 64 MiB.
+  config.json is a few kB; tokenizer_config.json holds chat templates and added-token tables
+  (Gemma 3's about 1.2 MB): 4 MiB for both. The small ones
+  (preprocessor/processor/generation configs, special_tokens_map.json, a sentence-transformers
+  pooling config, Longlens's own lm_tower.json and text_tower.json): 1 MiB, a thousand times
+  their real size. model.safetensors.index.json lists every tensor once: 64 MiB.
+* MAX_SETTINGS_BYTES = 1 MiB (a settings file is a few hundred bytes). MAX_MANIFEST_BYTES =
+  16 MiB (one line per model file: a sharded model has a few hundred). MAX_SMALL_JSON_BYTES =
+  1 MiB for every other small file Longlens or a user writes (training and study metadata,
+  calibrations, output-folder markers, cluster shard metadata, datagen/review state).
+  MAX_REPORT_JSON_BYTES = 64 MiB for the reports Longlens writes and reads back to compare or
+  merge (a benchmark run, a study), which hold a row per measurement.
+* MAX_DATASET_JSON_BYTES = 1 GiB: evaluation sets are single JSON files (the Karpathy split of
+  Flickr30k is 140 MB, COCO's caption annotations 90 MB); parsing needs several times the size in
+  memory, so past this a set is refused, not read.
 """
 
 from __future__ import annotations
@@ -38,6 +67,60 @@ MAX_CAPTION_CHARS = 20_000
 MAX_CAPTION_SENTENCES = 200
 MAX_LINE_BYTES = 4 * 1024 * 1024
 MAX_FILE_LINES = 1_000_000
+
+MAX_NESTING_DEPTH = 100
+
+_KIB, _MIB = 1024, 1024 * 1024
+MAX_SETTINGS_BYTES = 1 * _MIB
+MAX_MANIFEST_BYTES = 16 * _MIB
+MAX_SMALL_JSON_BYTES = 1 * _MIB
+MAX_DATASET_JSON_BYTES = 1024 * _MIB
+MAX_REPORT_JSON_BYTES = 64 * _MIB
+MAX_TOKENIZER_JSON_BYTES = 64 * _MIB
+MAX_MODEL_CONFIG_BYTES = 4 * _MIB
+MAX_WEIGHT_INDEX_BYTES = 64 * _MIB
+
+#: Files of a model or text-tower folder that Longlens or transformers reads whole, by name
+#: (any folder level: a tower keeps its tokenizer in tokenizer/), and the most bytes each may hold.
+#: Names ending in .json are depth-checked too. Weights are not here: their headers are bounded
+#: by engine.models.weights and their data is memory-mapped, never parsed.
+MODEL_FILE_LIMITS: dict[str, int] = {
+    "config.json": MAX_MODEL_CONFIG_BYTES,
+    "tokenizer_config.json": MAX_MODEL_CONFIG_BYTES,
+    "added_tokens.json": MAX_MODEL_CONFIG_BYTES,
+    "preprocessor_config.json": 1 * _MIB,
+    "processor_config.json": 1 * _MIB,
+    "generation_config.json": 1 * _MIB,
+    "special_tokens_map.json": 1 * _MIB,
+    "lm_tower.json": 1 * _MIB,
+    "text_tower.json": 1 * _MIB,
+    "sceneworld_mini.json": 1 * _MIB,
+    "tokenizer.json": MAX_TOKENIZER_JSON_BYTES,
+    "model.safetensors.index.json": MAX_WEIGHT_INDEX_BYTES,
+    "longlens-manifest.json": MAX_MANIFEST_BYTES,
+    "vocab.json": 16 * _MIB,
+    "merges.txt": 16 * _MIB,
+    "vocab.txt": 16 * _MIB,
+    "tokenizer.model": 64 * _MIB,
+    # transformers reads a chat template beside a tokenizer when there is one (a decoder LM's folder).
+    "chat_template.json": 1 * _MIB,
+    "chat_template.jinja": 1 * _MIB,
+}
+
+
+def model_file_limit(name: str) -> int | None:
+    """The size limit of a model-folder file called `name` (its last path part), or None when it
+    is not one read whole (weights, licences, unknown files)."""
+    return MODEL_FILE_LIMITS.get(name.rsplit("/", 1)[-1])
+
+
+def size_words(n: int) -> str:
+    """A byte count as people read it ("1.0 GiB", "64 MiB", "512 bytes")."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", _MIB), ("KiB", _KIB)):
+        if n >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} bytes"
 
 _READ_CHUNK = 1 << 20
 

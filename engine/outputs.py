@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import LonglensError
-from engine.fileutil import atomic_write_text, fsync_dir, open_user_file, read_user_text
+from engine.fileutil import atomic_write_text, fsync_dir, open_user_file
+from engine.jsonfile import read_json_file
 
 # Written into every folder output, so a later run knows the folder is its own to replace.
 MARKER = ".longlens-output.json"
@@ -183,7 +184,7 @@ def _check_folder_target(out: Path, what: str, kind: str, own_files: Iterable[st
 def _marker_kind(folder: Path) -> str | None:
     try:
         # The marker sits in a folder the user named as an output: read it like any user file.
-        return str(json.loads(read_user_text(folder / MARKER, max_bytes=1 << 16))["kind"])
+        return str(read_json_file(folder / MARKER, max_bytes=1 << 16)["kind"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

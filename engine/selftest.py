@@ -23,6 +23,8 @@ from pathlib import Path
 
 from engine.errors import LonglensError
 from engine.jobs import CancelToken, Progress
+from engine.jsonfile import read_json_file
+from engine.limits import MAX_SMALL_JSON_BYTES
 
 SAMPLE_RESOURCE = "selftest"
 SAMPLE_FILE = "selftest.json"
@@ -111,7 +113,7 @@ def read_sample(folder: Path) -> tuple[str, list[tuple[str, str]]]:
             "Reinstall Longlens, or rebuild the sample with `python -m engine.selftest --write-sample DIR`."
         )
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_json_file(path, max_bytes=MAX_SMALL_JSON_BYTES)
     except (OSError, ValueError) as exc:
         raise SelfTestFailed(f"{path} is unreadable: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != SAMPLE_FORMAT:

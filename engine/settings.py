@@ -1,7 +1,8 @@
 """Settings: defaults, validation and the settings file, one meaning for CLI and GUI.
 
 The file is `settings.json` in the config folder (engine.config): a JSON object. A missing or
-damaged file (not JSON, not an object) must not stop anything: the defaults apply. A bad value
+damaged file (not JSON, not an object) must not stop anything: the defaults apply. A file over
+the size or nesting limit (engine.limits) is refused with a ConfigError naming it and the limit. A bad value
 in a valid file (a number out of range, a device that is not text) is refused with a
 ConfigError naming the file and the key, never replaced silently by a default.
 
@@ -21,12 +22,13 @@ from types import MappingProxyType
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.fileutil import atomic_write_text, open_user_file
+from engine.fileutil import FileTooLargeError, atomic_write_text
+from engine.jsonfile import JsonTooDeepError, read_json_file
+from engine.limits import MAX_NESTING_DEPTH, MAX_SETTINGS_BYTES, size_words
 
 SETTINGS_FILE = "settings.json"
 DEVICES = ("auto", "cuda", "mps", "cpu")  # the choices offered; "cuda:N" is accepted too
 THEMES = ("system", "light", "dark")
-MAX_SETTINGS_BYTES = 1 << 20  # a settings file is a few hundred bytes; more is not one
 
 DEFAULTS: Mapping[str, Any] = MappingProxyType({
     "device": "auto",
@@ -125,16 +127,20 @@ def validate(values: Mapping[str, Any], source: Path | str) -> dict[str, Any]:
 
 
 def read_values(path: Path) -> dict[str, Any]:
-    """The file's raw values; {} when it is missing, unreadable or not a JSON object."""
+    """The file's raw values; {} when it is missing, unreadable or not a JSON object. A file over
+    its size or nesting limit (engine.limits) is a ConfigError naming the file and the limit: it
+    cannot be a settings file Longlens wrote, and nesting past the limit would end in a
+    RecursionError wherever the values are next walked."""
     try:
-        with open_user_file(path) as fh:
-            data = fh.read(MAX_SETTINGS_BYTES + 1)
+        values = read_json_file(path, max_bytes=MAX_SETTINGS_BYTES)
+    except FileTooLargeError as exc:
+        raise ConfigError(f"{path} is too large for a settings file ({size_words(exc.size)}; the limit is "
+                          f"{size_words(MAX_SETTINGS_BYTES)}); fix or remove it") from None
+    except JsonTooDeepError:
+        raise ConfigError(f"{path} nests deeper than {MAX_NESTING_DEPTH} levels (the limit for a settings "
+                          "file); fix or remove it") from None
     except OSError:
         return {}
-    if len(data) > MAX_SETTINGS_BYTES:
-        return {}
-    try:
-        values = json.loads(data.decode("utf-8"))
     except ValueError:
         return {}  # damaged (not JSON / not UTF-8): it must not stop the app; defaults apply
     return values if isinstance(values, dict) else {}

@@ -349,9 +349,10 @@ def main_args(args: Any) -> int:
     base = None
     if args.merge is not None:
         try:
-            from engine.fileutil import read_user_text
+            from engine.jsonfile import read_json_file
+            from engine.limits import MAX_REPORT_JSON_BYTES
 
-            base = json.loads(read_user_text(args.merge))
+            base = read_json_file(args.merge, max_bytes=MAX_REPORT_JSON_BYTES)
         except (OSError, ValueError) as exc:
             raise LonglensError(f"cannot read the earlier run's JSON {args.merge}: {exc}", settings=("merge",)) from None
     _check_bench_outputs(args)

@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from engine.cluster import ClusterError, require_pyarrow
-from engine.fileutil import atomic_write_bytes, atomic_write_text, open_user_file, read_user_text
+from engine.fileutil import atomic_write_bytes, atomic_write_text, open_user_file
+from engine.jsonfile import read_json_file
+from engine.limits import MAX_SMALL_JSON_BYTES
 from engine.types import STATUS_OK, STATUS_UNREADABLE
 
 SHARD_FORMAT = "longlens-shard/1"
@@ -204,7 +206,7 @@ def read_runs(out: Path) -> tuple[list[RunManifest], list[dict[str, str]]]:
     bad: list[dict[str, str]] = []
     for p in sorted(Path(out).glob("run-*.json")):
         try:
-            d = json.loads(read_user_text(p))
+            d = read_json_file(p, max_bytes=MAX_SMALL_JSON_BYTES)
             if d.get("format") != RUN_FORMAT:
                 raise ValueError(f"format {d.get('format')!r}, expected {RUN_FORMAT!r}")
             runs.append(RunManifest(**d))

@@ -26,12 +26,16 @@ from typing import Any
 
 from engine.errors import JobCancelled, LonglensError
 from engine.jobs import CancelToken
+from engine.jsonfile import JsonTooDeepError, loads_bounded
 
 USER_AGENT = "longlens-datagen/1"
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # These mean the run as a whole cannot work (wrong key, wrong model or URL): stop instead of
 # failing every image the same way.
 FATAL_STATUSES = frozenset({401, 403, 404})
+# A chat completion holding one caption is a few kB; an endpoint answering without end would
+# otherwise be read into memory whole (reliability checklist 33).
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
 class EndpointError(LonglensError):
@@ -176,10 +180,11 @@ class ChatClient:
         req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.status, dict(resp.headers.items()), resp.read()
+                # One byte past the limit tells an over-long answer from one exactly at it.
+                return resp.status, dict(resp.headers.items()), resp.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
             try:
-                payload = exc.read()
+                payload = exc.read(64 * 1024)  # only its start is shown
             except (OSError, HTTPException):
                 payload = b""
             return exc.code, dict(exc.headers.items()) if exc.headers else {}, payload
@@ -229,8 +234,12 @@ class ChatClient:
             retry += 1
 
     def _result(self, raw: bytes) -> ChatResult:
+        if len(raw) > MAX_RESPONSE_BYTES:
+            raise ValueError(f"the response is larger than {MAX_RESPONSE_BYTES:,} bytes (the limit); not read")
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = loads_bounded(raw, "the response")
+        except JsonTooDeepError as exc:
+            raise ValueError(str(exc)) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not JSON ({exc})") from None
         if not isinstance(obj, dict):

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import limits
 from engine.errors import LonglensError
-from engine.fileutil import fsync_dir
+from engine.fileutil import UserFile, fsync_dir, open_user_file
+from engine.jsonfile import loads_bounded
+
+_TAIL_CHUNK = 1 << 20
 
 
 class OutputError(LonglensError):
@@ -38,56 +43,83 @@ def image_key(ref: str, base_dir: Path) -> Path:
 
 def _is_whole_line(raw: bytes) -> bool:
     try:
-        obj = json.loads(raw.decode("utf-8"))
+        obj = loads_bounded(raw, "the line")
     except (UnicodeDecodeError, ValueError):
         return False
     return isinstance(obj, dict) and isinstance(obj.get("image"), str)
 
 
+def _tail_start(fh: UserFile) -> int:
+    """Where the bytes after the file's last newline begin (0 when it has none), found by reading
+    back from the end in 1 MiB steps: only the tail is read, never the whole file."""
+    pos = fh.size
+    while pos > 0:
+        start = max(0, pos - _TAIL_CHUNK)
+        fh.seek(start)
+        i = fh.read(pos - start).rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        pos = start
+    return 0
+
+
 def recover(path: Path) -> ResumeState:
-    """Cut a torn last line off `path` (if any) and list the images its complete lines hold."""
+    """Cut a torn last line off `path` (if any) and list the images its complete lines hold.
+
+    Memory stays bounded whatever the file's size: the tail is found by reading back from the end,
+    and the complete lines are read one at a time within engine.limits' line limits."""
     state = ResumeState()
     if not path.exists():
         return state
     if not path.is_file():
         raise OutputError(f"the training data file {path} is not a file", settings=("out",))
-    from engine.fileutil import read_user_file
-
     try:
-        data = read_user_file(path)  # checked on the open descriptor: never blocks on a FIFO or device
+        # Checked on the open descriptor: never blocks on a FIFO or device.
+        with open_user_file(path) as fh:
+            size = fh.size
+            end = _tail_start(fh)
+            tail = b""
+            if end < size and size - end <= limits.MAX_LINE_BYTES:
+                fh.seek(end)
+                tail = fh.read(size - end)
     except OSError as exc:
         raise OutputError(f"cannot read {path}: {exc}") from None
-    end = data.rfind(b"\n") + 1  # 0 when there is no complete line at all
-    if end < len(data):
-        if _is_whole_line(data[end:]):
+    if end < size:
+        if tail and _is_whole_line(tail):
             # Only the newline is missing (a hand-edited file, or a kill between the last byte and
             # the newline): the line is whole, so it is kept and finished instead of cut.
             with open(path, "ab") as fh:
                 fh.write(b"\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-            data += b"\n"
         else:
-            state.torn_bytes = len(data) - end
+            state.torn_bytes = size - end
             with open(path, "r+b") as fh:
                 fh.truncate(end)
                 fh.flush()
                 os.fsync(fh.fileno())
-            data = data[:end]
     base = path.resolve().parent
-    for n, raw in enumerate(data.split(b"\n")[:-1], start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw.decode("utf-8-sig" if n == 1 else "utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise OutputError(f"{path}:{n}: not a valid JSON line ({exc}); fix or remove that line, "
-                              "or write to another file", settings=("out",)) from None
-        ref = obj.get("image") if isinstance(obj, dict) else None
-        if not isinstance(ref, str) or not ref.strip():
-            raise OutputError(f"{path}:{n}: image: missing; this does not look like a training JSONL")
-        state.done.add(image_key(ref, base))
-        state.lines += 1
+    try:
+        # Every line is kept (a run may pass engine.limits.MAX_FILE_LINES); each within the line limit.
+        for line in limits.iter_raw_lines(path, max_lines=sys.maxsize):
+            n = line.line_no
+            if line.data is None:
+                raise OutputError(f"{path}:{n}: {line.problem}; fix or remove that line, or write to another file",
+                                  settings=("out",))
+            if not line.data.strip():
+                continue
+            try:
+                obj = loads_bounded(line.data, f"line {n}", encoding="utf-8-sig" if n == 1 else "utf-8")
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise OutputError(f"{path}:{n}: not a valid JSON line ({exc}); fix or remove that line, "
+                                  "or write to another file", settings=("out",)) from None
+            ref = obj.get("image") if isinstance(obj, dict) else None
+            if not isinstance(ref, str) or not ref.strip():
+                raise OutputError(f"{path}:{n}: image: missing; this does not look like a training JSONL")
+            state.done.add(image_key(ref, base))
+            state.lines += 1
+    except OSError as exc:
+        raise OutputError(f"cannot read {path}: {exc}") from None
     return state
 
 

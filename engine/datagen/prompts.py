@@ -71,10 +71,14 @@ def default_prompt_dir() -> Path:
 
 
 def _read(path: Path) -> str:
-    from engine.fileutil import read_user_text
+    from engine.fileutil import FileTooLargeError, read_user_text
+    from engine.limits import MAX_SMALL_JSON_BYTES
 
     try:
-        return read_user_text(path, encoding="utf-8-sig")  # never blocks on a FIFO or device
+        # Never blocks on a FIFO or device; a template is a few kB (bounded like the small JSON files).
+        return read_user_text(path, encoding="utf-8-sig", max_bytes=MAX_SMALL_JSON_BYTES)
+    except FileTooLargeError as exc:
+        raise PromptError(f"prompt template {path} is too large ({exc.size:,} bytes; the limit is {exc.limit:,})") from None
     except UnicodeDecodeError as exc:
         raise PromptError(f"prompt template {path} is not UTF-8 text ({exc.reason})") from None
     except OSError as exc:

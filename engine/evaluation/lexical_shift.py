@@ -171,10 +171,11 @@ COMPARE_SECTION = "lexical-shift-compare"
 
 def read_measurement(path: Path) -> dict:
     """A `--json-out` file of this command, checked enough to be compared."""
-    from engine.fileutil import read_user_text
+    from engine.jsonfile import read_json_file
+    from engine.limits import MAX_SMALL_JSON_BYTES
 
     try:
-        m = json.loads(read_user_text(Path(path)))
+        m = read_json_file(Path(path), max_bytes=MAX_SMALL_JSON_BYTES)
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: not a lexical-shift measurement ({exc})") from None
     if not isinstance(m, dict) or m.get("benchmark") != "sceneworld-lexical-shift" or not isinstance(m.get("results"), dict):

@@ -70,16 +70,22 @@ class EvalSet:
 
 # -- helpers ----------------------------------------------------------------------
 def _read_json(path: Path) -> Any:
-    from engine.fileutil import read_user_text
+    from engine.fileutil import FileTooLargeError, read_user_text
+    from engine.jsonfile import JsonTooDeepError, loads_bounded
+    from engine.limits import MAX_DATASET_JSON_BYTES
 
     try:
-        text = read_user_text(path)  # never blocks on a FIFO or device
+        text = read_user_text(path, max_bytes=MAX_DATASET_JSON_BYTES)  # never blocks on a FIFO or device
     except FileNotFoundError:
         raise BenchmarkDataError(f"{path} does not exist") from None
+    except FileTooLargeError as exc:
+        raise BenchmarkDataError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BenchmarkDataError(f"cannot read {path}: {exc}") from None
     try:
-        return json.loads(text)
+        return loads_bounded(text, path)
+    except JsonTooDeepError as exc:
+        raise BenchmarkDataError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise BenchmarkDataError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from engine import limits
 from engine.errors import LonglensError
+from engine.jsonfile import JsonTooDeepError, loads_bounded
 
 __all__ = [
     "DCI_NEGATIVE_KINDS", "DOCCI_ANNOTATIONS", "PublicDataError", "SourceProblem", "SourceRecord", "SourceStream",
@@ -162,7 +163,10 @@ def read_docci(root: Path, split: str | None = "train", *, annotations: Path | N
             if not tl.text.strip():
                 continue
             try:
-                obj = json.loads(tl.text)
+                obj = loads_bounded(tl.text, f"line {tl.line_no}")
+            except JsonTooDeepError as exc:
+                yield SourceProblem(ann, tl.line_no, "line", f"nests deeper than {exc.limit} levels (the limit)")
+                continue
             except ValueError as exc:
                 yield SourceProblem(ann, tl.line_no, "line", f"not valid JSON ({exc})")
                 continue
@@ -365,16 +369,21 @@ def dci_folder(root: Path, error: type[LonglensError] = PublicDataError) -> Path
 
 
 def _read_json_file(path: Path, label: str, error: type[LonglensError]) -> Any:
-    from engine.fileutil import read_user_text
+    from engine.fileutil import FileTooLargeError, read_user_text
+    from engine.limits import MAX_DATASET_JSON_BYTES
 
     try:
-        text = read_user_text(path)
+        text = read_user_text(path, max_bytes=MAX_DATASET_JSON_BYTES)
+    except FileTooLargeError as exc:
+        raise error(str(exc)) from None
     except OSError as exc:
         raise _open_error(path, exc, label, error) from None
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
-        return json.loads(text)
+        return loads_bounded(text, path)
+    except JsonTooDeepError as exc:
+        raise error(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
 
@@ -428,7 +437,9 @@ def _load_dci_json(path: Path) -> tuple[Any, SourceProblem | None]:
     except UnicodeDecodeError as exc:
         return None, SourceProblem(path, None, "record", f"not UTF-8 text ({exc.reason} at byte {exc.start})")
     try:
-        return json.loads(text), None
+        return loads_bounded(text, path), None
+    except JsonTooDeepError as exc:
+        return None, SourceProblem(path, None, "record", f"nests deeper than {exc.limit} levels (the limit)")
     except json.JSONDecodeError as exc:
         return None, SourceProblem(path, exc.lineno, "record", f"not valid JSON ({exc.msg})")
 

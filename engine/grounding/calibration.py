@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.fileutil import read_user_text
+from engine.jsonfile import read_json_file
+from engine.limits import MAX_MANIFEST_BYTES
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 # Calibrations a user fitted, in the Longlens home's data folder.
@@ -78,7 +79,7 @@ def weights_sha256(model_dir: Path | None, name: str = "model.safetensors") -> s
         return ""
     model_dir = Path(model_dir)
     try:
-        manifest = json.loads((model_dir / "longlens-manifest.json").read_text(encoding="utf-8"))
+        manifest = read_json_file(model_dir / "longlens-manifest.json", max_bytes=MAX_MANIFEST_BYTES)
         sha = manifest["files"][name]["sha256"]
         if isinstance(sha, str) and len(sha) == 64:
             return sha
@@ -158,7 +159,9 @@ class Calibration:
 
 def load_all(path: Path = CALIBRATION_FILE) -> dict[str, Any]:
     try:
-        data = json.loads(read_user_text(path))  # a user may name the file: never blocks on a FIFO
+        # A user may name the file: never blocks on a FIFO, bounded in size and nesting (46 kB with
+        # every shipped model; the manifest limit leaves room for hundreds more).
+        data = read_json_file(path, max_bytes=MAX_MANIFEST_BYTES)
     except (OSError, ValueError):
         return {"format": CALIBRATION_FORMAT, "models": {}}
     if not isinstance(data, dict) or data.get("format") != CALIBRATION_FORMAT:

@@ -3,7 +3,8 @@
 The XML is parsed by defusedxml with DTDs forbidden: an XMP packet never needs a DTD, entity
 declarations or external references, so a packet with any of them (a "billion laughs" bomb, an
 external entity reaching for a local file) is refused before anything is expanded, with a reason
-naming the file. A packet that is not well-formed is refused the same way; a field whose value
+naming the file. A packet that is not well-formed, over MAX_XMP_BYTES or nested deeper than
+engine.limits.MAX_NESTING_DEPTH elements is refused the same way; a field whose value
 cannot be read (a rating of "five", a latitude of 95°) is a problem of that field only, the other
 fields are kept.
 
@@ -37,8 +38,10 @@ from defusedxml import DefusedXmlException
 from defusedxml import ElementTree as SafeET
 
 from engine.errors import LonglensError
+from engine.limits import MAX_NESTING_DEPTH
 
-# Bounds on what a user's file can make us hold (reliability checklist 33). A Lightroom sidecar
+# Bounds on what a user's file can make us hold (reliability checklist 33; the nesting limit,
+# checklist 43, is engine.limits.MAX_NESTING_DEPTH, checked while parsing). A Lightroom sidecar
 # with many local adjustments and masks runs to a few MB; 32 MiB is far past any real one and
 # keeps the parsed tree to a few hundred MB at worst.
 MAX_XMP_BYTES = 32 * 1024 * 1024
@@ -153,6 +156,31 @@ def parse_xmp(data: bytes, source: str) -> XmpPacket:
 # --------------------------------------------------------------------------- the XML
 
 
+class _TooDeep(Exception):
+    pass
+
+
+class _DepthLimitedTreeBuilder(ET.TreeBuilder):
+    """ElementTree's tree builder, stopping the parse at the first element deeper than
+    MAX_NESTING_DEPTH. expat itself parses any depth, but what walks the tree afterwards
+    (ElementTree's serialiser when a sidecar is written back, copies, our own readers) recurses
+    once per level, and a packet nested 100,000 deep would end there in a RecursionError."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._depth = 0
+
+    def start(self, tag: str, attrs: dict[str, str]) -> ET.Element:
+        self._depth += 1
+        if self._depth > MAX_NESTING_DEPTH:
+            raise _TooDeep
+        return super().start(tag, attrs)
+
+    def end(self, tag: str) -> ET.Element:
+        self._depth -= 1
+        return super().end(tag)
+
+
 def _rdf_root(data: bytes, source: str) -> ET.Element:
     if len(data) > MAX_XMP_BYTES:
         raise XmpError(f"{source}: the XMP is {len(data):,} bytes (the limit is {MAX_XMP_BYTES:,}); not read")
@@ -161,7 +189,12 @@ def _rdf_root(data: bytes, source: str) -> ET.Element:
     if not data:
         raise XmpError(f"{source}: empty; no XMP in it")
     try:
-        root = SafeET.fromstring(data, forbid_dtd=True)
+        parser = SafeET.XMLParser(target=_DepthLimitedTreeBuilder(), forbid_dtd=True)
+        parser.feed(data)
+        root = parser.close()
+    except _TooDeep:
+        raise XmpError(f"{source}: elements nest deeper than {MAX_NESTING_DEPTH} levels (the limit for XMP); "
+                       "nothing of it was read") from None
     except DefusedXmlException:
         raise XmpError(f"{source}: refused: it declares a DTD or entities (an XML bomb or an external "
                        "reference, which XMP never needs); nothing of it was read") from None

@@ -45,6 +45,9 @@ from urllib.parse import quote
 from engine.config import Paths
 from engine.errors import JobCancelled, ModelError, ModelIntegrityError, OfflineError
 from engine.jobs import CancelToken, Progress
+from engine.jsonfile import read_json_file
+from engine.limits import MAX_MODEL_CONFIG_BYTES, MAX_WEIGHT_INDEX_BYTES, model_file_limit, size_words
+from engine.models.file_limits import check_model_file, check_model_tree
 from engine.models.install_state import Staging, pause_point, recover_models_folder, swap_in
 from engine.models.pins import FileDigests, hash_file
 from engine.models.registry import (
@@ -204,8 +207,11 @@ def _validate_hf_folder(folder: Path, backend: str, weights: list[str]) -> None:
     hooks = get_backend(backend)
     config_name = hooks.config_file
     cfg_path = folder / config_name
+    # Every file read whole within its size and nesting limit (engine.models.file_limits), the
+    # config first: what is checked is the copy that will be installed.
+    check_model_tree(folder)
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg = read_json_file(cfg_path, max_bytes=model_file_limit(config_name) or MAX_MODEL_CONFIG_BYTES)
     except FileNotFoundError:
         raise ModelError(f"{folder} has no {config_name}") from None
     except (OSError, ValueError) as e:
@@ -256,8 +262,10 @@ def _allowed_roots(src: Path) -> list[Path]:
     return roots
 
 
-def _copy_hashing(src: Path, dst: Path) -> tuple[str, int]:
-    """Copy and hash in one pass, so the recorded hash is of the bytes we wrote."""
+def _copy_hashing(src: Path, dst: Path, rel: str | None = None) -> tuple[str, int]:
+    """Copy and hash in one pass, so the recorded hash is of the bytes we wrote. A file read whole
+    later (engine.limits.MODEL_FILE_LIMITS) that grew past its limit since it was checked is refused
+    before a byte of it is copied."""
     from engine.fileutil import open_user_file
 
     h = hashlib.sha256()
@@ -269,6 +277,11 @@ def _copy_hashing(src: Path, dst: Path) -> tuple[str, int]:
         fin = open_user_file(src, follow_symlinks=False)  # links were resolved and checked by the caller
     except OSError as exc:
         raise ModelError(f"cannot read {src}: {exc.strerror or exc}") from None
+    limit = model_file_limit(rel or src.name)
+    if limit is not None and fin.size > limit:
+        fin.close()
+        raise ModelIntegrityError(f"{rel or src} is too large ({size_words(fin.size)}; the limit for "
+                                  f"{(rel or src.name).rsplit('/', 1)[-1]} is {size_words(limit)}); nothing was imported")
     with fin, open(dst, "wb") as fout:
         while chunk := fin.read(_COPY_CHUNK):
             h.update(chunk)
@@ -366,6 +379,14 @@ def import_model(
     names = {rel for rel, _ in selected}
     if config_name not in names:
         raise ModelError(f"{src} has no {config_name}; is this {get_backend(backend).folder_description}?")
+    # Files read whole (configs, tokenizers) within their size and nesting limits before a byte is
+    # copied: a 1 GiB preprocessor_config.json would otherwise be copied and read by every load.
+    for rel, p in selected:
+        try:
+            check_model_file(p, rel)
+        except ModelIntegrityError as exc:
+            raise ModelIntegrityError(f"{src}: {exc}; nothing was imported") from None
+    _check_bundled_towers_complete(src, names)
     weights = _weights_of(names, src)
 
     stage = _new_staging(paths, name)
@@ -373,7 +394,7 @@ def import_model(
     try:
         files: dict[str, dict[str, Any]] = {}
         for rel, p in selected:
-            digest, size = _copy_hashing(p, staging.joinpath(*rel.split("/")))
+            digest, size = _copy_hashing(p, staging.joinpath(*rel.split("/")), rel)
             files[rel] = {"sha256": digest, "size": size}
         pause_point("copied")
         _validate_hf_folder(staging, backend, weights + _tower_weights(names))
@@ -397,6 +418,22 @@ def import_model(
     return final
 
 
+def _check_bundled_towers_complete(src: Path, names: set[str]) -> None:
+    """A bundled LM tower (text-towers/NAME/) without its tokenizer's tokenizer_config.json loads a
+    tokenizer with no padding token: refused here, naming the file, instead of at the first search."""
+    # engine.models.lm_tower's TOKENIZER_DIR and TOKENIZER_CONFIG_FILE (importing it loads torch).
+    TOKENIZER_DIR, TOKENIZER_CONFIG_FILE = "tokenizer", "tokenizer_config.json"  # noqa: N806
+    towers = sorted({rel.split("/")[1] for rel in names
+                     if rel.startswith(TEXT_TOWERS_DIR + "/") and rel.endswith("/lm_tower.json")})
+    for tower in towers:
+        needed = f"{TEXT_TOWERS_DIR}/{tower}/{TOKENIZER_DIR}/{TOKENIZER_CONFIG_FILE}"
+        if needed not in names:
+            raise ModelIntegrityError(
+                f"{src}: the text tower {TEXT_TOWERS_DIR}/{tower} has no {TOKENIZER_DIR}/{TOKENIZER_CONFIG_FILE} (it "
+                "names the tokenizer's padding and special tokens the tower was trained with); copy it from where the "
+                "tower was saved and import again. Nothing was imported")
+
+
 def _weights_of(names: set[str], src: Path) -> list[str]:
     """The safetensors files that make up the main weights; refuse a folder without them."""
     if "model.safetensors" in names:
@@ -404,9 +441,7 @@ def _weights_of(names: set[str], src: Path) -> list[str]:
     shards = sorted(n for n in names if _SHARD_RE.fullmatch(n))
     if "model.safetensors.index.json" in names:
         try:
-            from engine.fileutil import read_user_text
-
-            index = json.loads(read_user_text(src / "model.safetensors.index.json"))
+            index = read_json_file(src / "model.safetensors.index.json", max_bytes=MAX_WEIGHT_INDEX_BYTES)
             wanted = set(index["weight_map"].values())
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ModelIntegrityError(f"model.safetensors.index.json is unreadable: {e}") from None

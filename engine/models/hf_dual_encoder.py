@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.models.file_limits import check_model_files
 from engine.models.tokenizers import TextCleaning, thread_safe
 
 if TYPE_CHECKING:
@@ -105,6 +106,9 @@ def check_safetensors_folder(folder: Path, *, not_found: str, pickle_hint: str =
             raise ModelIntegrityError(
                 f"{folder} only has pickle weights (.bin/.pt); Longlens loads safetensors only{pickle_hint}.")
         raise ModelIntegrityError(f"{folder} has no model.safetensors.")
+    # What transformers reads whole (config, tokenizer files, preprocessor config) within its size and
+    # nesting limits before it reads any (engine.models.file_limits).
+    check_model_files(folder)
 
 
 def load_pretrained(model_class: Any, folder: Path, config: Any, *, dtype: torch.dtype, device: str,

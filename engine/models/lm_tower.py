@@ -47,6 +47,7 @@ TOWER_CONFIG_FILE = "lm_tower.json"
 WEIGHTS_FILE = "model.safetensors"
 LM_CONFIG_FILE = "config.json"
 TOKENIZER_DIR = "tokenizer"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # in TOKENIZER_DIR: names the padding and special tokens
 # Tokenized at save and again at load: a tokenizer that reloads differently is refused.
 TOKENIZER_PROBE = "A small red cube sits left of the big blue sphere, next to 2 cats."
 POOLINGS = ("mean", "cls", "last")
@@ -356,17 +357,25 @@ def _float32(lm: nn.Module) -> nn.Module:
     return lm.float()
 
 
+def give_pad_token(tokenizer: Any, where: str) -> None:
+    """The padding token a tower pads its batches with: the tokenizer's own, else its end-of-sequence
+    token (decoders such as Qwen and Llama have no padding token of their own). Training sets it this
+    way before the tokenizer is saved, and loading applies the same rule, so a tower pads as it was
+    trained; which token pads does not change a vector (padded positions are masked out)."""
+    if getattr(tokenizer, "pad_token", None) is None:
+        eos = getattr(tokenizer, "eos_token", None)
+        if eos is None:
+            raise ModelError(f"{where} has neither a padding nor an end-of-sequence token")
+        tokenizer.pad_token = eos
+
+
 def tower_from_lm(lm: nn.Module, tokenizer: Any, *, embed_dim: int, pooling: str | None = None,
                   proj_norm: bool = False, train_layers: int | str = 0, max_tokens: int = 128,
                   sentence_sampling: float | int | None = None, name: str = "", seed: int = 0) -> LMTextTower:
     """A tower around a built language model; the projection starts random (seeded). The
     pooling defaults to "mean" for encoders and "last" for decoders."""
     kind = "decoder" if is_causal_lm(lm) else "encoder"
-    if getattr(tokenizer, "pad_token", None) is None:
-        eos = getattr(tokenizer, "eos_token", None)
-        if eos is None:
-            raise ModelError("the tokenizer has neither a padding nor an end-of-sequence token")
-        tokenizer.pad_token = eos
+    give_pad_token(tokenizer, "the tokenizer")
     tokenizer.padding_side = "right"
     cfg = LMTowerConfig(kind=kind, arch=str(lm.config.model_type), hidden_size=int(lm.config.hidden_size),
                         embed_dim=int(embed_dim), pooling=pooling or ("last" if kind == "decoder" else "mean"),
@@ -454,11 +463,12 @@ def sentence_transformers_pooling(folder: Path) -> str | None:
     path = Path(folder) / "1_Pooling" / "config.json"
     if not path.is_file():
         return None
-    from engine.fileutil import read_user_text
+    from engine.jsonfile import read_json_file
+    from engine.limits import MAX_SMALL_JSON_BYTES
 
     try:
         # A few hundred bytes in a real folder; anything much larger is not this file.
-        conf = json.loads(read_user_text(path, max_bytes=1 << 20))
+        conf = read_json_file(path, max_bytes=MAX_SMALL_JSON_BYTES)
     except (OSError, ValueError):
         return None
     if not isinstance(conf, dict):
@@ -480,9 +490,12 @@ def tower_from_pretrained(folder: Path, *, embed_dim: int, pooling: str | None =
     setting, else "mean" for encoders and "last" for decoders."""
     from transformers import AutoModel, AutoTokenizer
 
+    from engine.models.file_limits import check_model_files
+
     folder = Path(folder)
     if not (folder / LM_CONFIG_FILE).is_file():
         raise ModelNotInstalledError(f"{folder} is no language-model folder (no {LM_CONFIG_FILE})")
+    check_model_files(folder)  # what transformers reads whole, within its size and nesting limits
     try:
         lm = AutoModel.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
@@ -538,13 +551,17 @@ def _probe_ids(tokenizer: Any) -> list[int]:
 
 def read_tower_config(folder: Path) -> tuple[LMTowerConfig, dict[str, Any]]:
     """The tower options of a folder and the whole lm_tower.json."""
-    from engine.fileutil import read_user_text
+    from engine.fileutil import FileTooLargeError
+    from engine.jsonfile import JsonTooDeepError, read_json_file
+    from engine.limits import model_file_limit
 
     path = Path(folder) / TOWER_CONFIG_FILE
     if not path.is_file():
         raise ModelNotInstalledError(f"{folder} is not an LM text tower folder (no {TOWER_CONFIG_FILE})")
     try:
-        meta = json.loads(read_user_text(path))
+        meta = read_json_file(path, max_bytes=model_file_limit(TOWER_CONFIG_FILE) or 0)
+    except (FileTooLargeError, JsonTooDeepError) as exc:
+        raise ModelIntegrityError(f"{exc}; nothing was loaded") from None
     except ValueError as exc:
         raise ModelIntegrityError(f"{path}: not valid JSON ({exc})") from exc
     except OSError as exc:
@@ -604,11 +621,21 @@ def load_tower(folder: Path, device: str = "cpu", *, train_layers: int | str | N
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+    from engine.models.file_limits import check_model_files
+
     folder = Path(folder)
     cfg, meta = read_tower_config(folder)
     if not all((folder / f).exists() for f in (WEIGHTS_FILE, LM_CONFIG_FILE, TOKENIZER_DIR)):
         raise ModelNotInstalledError(f"{folder} is an incomplete LM tower (needs {WEIGHTS_FILE}, {LM_CONFIG_FILE} "
                                      f"and {TOKENIZER_DIR}/)")
+    # Without it transformers builds a tokenizer with no padding token and no special tokens from
+    # tokenizer.json alone, and the first search fails inside transformers ("no padding token").
+    if not (folder / TOKENIZER_DIR / TOKENIZER_CONFIG_FILE).is_file():
+        raise ModelIntegrityError(
+            f"{folder} is an incomplete LM tower: {TOKENIZER_DIR}/{TOKENIZER_CONFIG_FILE} is missing (it names the "
+            "tokenizer's padding and special tokens the tower was trained with); copy it back from where the tower "
+            "was saved. Nothing was loaded")
+    check_model_files(folder)  # what transformers reads whole, within its size and nesting limits
     try:
         lm_config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(str(folder / TOKENIZER_DIR), local_files_only=True)
@@ -617,6 +644,7 @@ def load_tower(folder: Path, device: str = "cpu", *, train_layers: int | str | N
     if train_layers is not None:
         cfg.train_layers = train_layers
         cfg.validate()
+    give_pad_token(tokenizer, f"the tokenizer in {folder / TOKENIZER_DIR}")
     _check_fits(folder, cfg, meta, lm_config, tokenizer)
     tokenizer.padding_side = "right"
     tower = LMTextTower(AutoModel.from_config(lm_config).float(), tokenizer, cfg)

@@ -6,12 +6,13 @@ folder's model name), so neither has to import the other.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelIntegrityError
+from engine.jsonfile import read_json_file
+from engine.limits import MAX_MANIFEST_BYTES
 
 MANIFEST_NAME = "longlens-manifest.json"
 MANIFEST_FORMAT = 1
@@ -24,7 +25,7 @@ def read_manifest_file(model_dir: Path) -> dict[str, Any]:
     (Whether its backend is known is the registry's question: registry.read_manifest.)"""
     path = model_dir / MANIFEST_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_file(path, max_bytes=MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         raise ModelIntegrityError(f"{model_dir} has no {MANIFEST_NAME}") from None
     except (OSError, ValueError) as e:

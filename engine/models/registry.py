@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine.config import Paths
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
 from engine.fileutil import sha256_file  # noqa: F401  (re-exported: models code imports it from here)
+from engine.models.file_limits import check_model_files
 from engine.models.lm_text_side import is_lm_tower_folder, with_text_tower
 from engine.models.manifest import MANIFEST_FORMAT, MANIFEST_NAME, SHA256_RE, read_manifest_file  # noqa: F401  (re-exported)
 from engine.models.pins import Pin, git_blob_pin, parse_pin, sha256_pin  # noqa: F401  (re-exported for specs)
@@ -235,6 +236,9 @@ def load_folder_embedder(folder: Path, backend: str, *, device: str = "auto", te
     """The Embedder of a model folder that is not installed (training bases, study folders):
     no manifest, no verification, the backend's reference settings."""
     text_tower_dir = resolve_text_tower(text_tower_dir, Path(folder), model_id or Path(folder).name)
+    # Files read whole (configs, tokenizers) within their size and nesting limits before any is read.
+    check_model_files(Path(folder))
+    check_model_files(text_tower_dir)
     lm = is_lm_tower_folder(text_tower_dir)
     emb = get_backend(backend).load_embedder(Path(folder), device=device, text_tower_dir=None if lm else text_tower_dir,
                                              model_id=model_id, installed=False)
@@ -929,6 +933,10 @@ def load_embedder(
             raise ModelIntegrityError(f"{report.summary()}. The model files were changed or damaged; {fix}.")
     # A bare name picks a tower bundled with the model (text-towers/NAME/); a path, any folder.
     text_tower_dir = resolve_text_tower(text_tower_dir, model_dir, name)
+    # Files read whole (configs, tokenizers) within their size and nesting limits before any is read:
+    # a model installed before the limits, or a tower given as a folder, was never checked.
+    check_model_files(model_dir)
+    check_model_files(text_tower_dir)
     identity = model_identity(name, manifest, text_tower_dir)
     if text_tower_dir is not None:
         check_trained_for(text_tower_dir, identity.image, name)

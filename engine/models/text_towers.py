@@ -15,12 +15,12 @@ Importing this module loads neither torch nor transformers.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelError
-from engine.fileutil import read_user_text
+from engine.jsonfile import read_json_file
+from engine.limits import model_file_limit
 from engine.models.lm_text_side import LM_TOWER_MARKER, is_lm_tower_folder
 
 TEXT_TOWERS_DIR = "text-towers"
@@ -81,7 +81,7 @@ def check_trained_for(tower_dir: Path, image_identity: str | None, model_name: s
         return
     path = Path(tower_dir) / LM_TOWER_MARKER
     try:
-        meta = json.loads(read_user_text(path))
+        meta = read_json_file(path, max_bytes=model_file_limit(LM_TOWER_MARKER) or 0)
     except (OSError, ValueError):
         return  # the tower loader reports an unreadable config with its own message
     recorded = (meta.get(TRAINED_FOR_KEY) or {}).get("image_identity") if isinstance(meta, dict) else None

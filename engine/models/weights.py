@@ -6,19 +6,20 @@ Every backend checks a folder's config against its safetensors headers before bu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelIntegrityError
+from engine.jsonfile import loads_bounded, read_json_file
+from engine.limits import MAX_WEIGHT_INDEX_BYTES
 
 _SHOWN = 5  # differing tensors named in a message
 
 # safetensors' own parser refuses headers over 100 MB; a header is a user-controlled size too.
 MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
-# model.safetensors.index.json of a sharded checkpoint: a user-controlled size like any other.
-MAX_WEIGHT_INDEX_BYTES = 64 * 1024 * 1024
+# model.safetensors.index.json of a sharded checkpoint: a user-controlled size like any other
+# (MAX_WEIGHT_INDEX_BYTES, engine.limits).
 # Config fields that count repeated blocks in each tower of a Hugging Face dual encoder: each
 # block has at least one tensor in the weights.
 _SUB_CONFIGS = ("vision_config", "text_config")
@@ -36,7 +37,7 @@ def _header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         n = int.from_bytes(head, "little")
         if n > MAX_SAFETENSORS_HEADER_BYTES or 8 + n > f.size:
             raise ValueError(f"header length {n} does not fit the file ({f.size} bytes)")
-        header = json.loads(f.read(n))
+        header = loads_bounded(f.read(n), f"the header of {path}")
         data_bytes = f.size - 8 - n
     if not isinstance(header, dict):
         raise ValueError("the header is not a JSON object")
@@ -95,14 +96,12 @@ def check_meta_model_fits(model: Any, shapes: dict[str, tuple[int, ...]], where:
 
 def safetensors_weight_files(folder: Path) -> list[str]:
     """model.safetensors, or the shards its index lists."""
-    from engine.fileutil import read_user_text
-
     folder = Path(folder)
     if (folder / "model.safetensors").is_file():
         return ["model.safetensors"]
     index = folder / "model.safetensors.index.json"
     try:
-        weight_map = json.loads(read_user_text(index, max_bytes=MAX_WEIGHT_INDEX_BYTES))["weight_map"]
+        weight_map = read_json_file(index, max_bytes=MAX_WEIGHT_INDEX_BYTES)["weight_map"]
         return sorted(set(weight_map.values()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ModelIntegrityError(f"{index} is unreadable: {e}") from None

@@ -27,7 +27,6 @@ exception; only a file unusable as a whole raises (the caller's error class).
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 
 from engine import limits
 from engine.errors import LonglensError
+from engine.jsonfile import JsonTooDeepError, loads_bounded
 
 __all__ = [
     "CAPTION_KEYS", "CSV_SUFFIXES", "IMAGE_KEYS", "JSONL_SUFFIXES", "CaptionFileError", "CaptionRow",
@@ -157,7 +157,10 @@ def _jsonl(lines: Iterable[limits.TextLine], base: Path, **kw: bool) -> Iterator
         if not text.strip():
             continue
         try:
-            obj = json.loads(text)
+            obj = loads_bounded(text, f"line {line.line_no}")
+        except JsonTooDeepError as exc:
+            yield RowProblem(line.line_no, "line", f"nests deeper than {exc.limit} levels (the limit); not read")
+            continue
         except ValueError as exc:
             yield RowProblem(line.line_no, "line", f"not valid JSON ({getattr(exc, 'msg', exc)})")
             continue

@@ -90,9 +90,10 @@ def copy_shipped_baseline(shipped: Path, out_dir: Path) -> None:
 
 
 def _training_report(folder: Path) -> dict:
-    from engine.fileutil import read_user_text
+    from engine.jsonfile import read_json_file
+    from engine.limits import MAX_SMALL_JSON_BYTES
 
-    return json.loads(read_user_text(folder / CONFIG_FILE)).get("training_report", {})
+    return read_json_file(folder / CONFIG_FILE, max_bytes=MAX_SMALL_JSON_BYTES).get("training_report", {})
 
 
 def _epochs_of(report: dict) -> dict:
@@ -102,9 +103,10 @@ def _epochs_of(report: dict) -> dict:
 def read_measurement(folder: Path) -> dict:
     """The folder's measurement.json, with the epochs from its training report where it was
     measured before epochs were recorded."""
-    from engine.fileutil import read_user_text
+    from engine.jsonfile import read_json_file
+    from engine.limits import MAX_SMALL_JSON_BYTES
 
-    row = json.loads(read_user_text(folder / "measurement.json"))
+    row = read_json_file(folder / "measurement.json", max_bytes=MAX_SMALL_JSON_BYTES)
     if not row.get("epochs") and (folder / CONFIG_FILE).is_file():
         row["epochs"] = _epochs_of(_training_report(folder))
     return row

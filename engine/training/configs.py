@@ -22,7 +22,6 @@ The source leaves C6 and C10 unspecified; the choices above are ours (the brief 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -131,14 +130,19 @@ def load_config(name_or_path: str, **overrides) -> TrainConfig:
         path = Path(name_or_path)
         if not path.is_file():
             raise ConfigError(f"{name_or_path!r} is neither a preset ({', '.join(PRESETS)}) nor a config file")
-        from engine.fileutil import read_user_text
+        from engine.jsonfile import JsonTooDeepError, read_json_file
+        from engine.limits import MAX_SMALL_JSON_BYTES
 
         try:
-            raw = json.loads(read_user_text(path))  # never blocks on a FIFO or device
+            raw = read_json_file(path, max_bytes=MAX_SMALL_JSON_BYTES)  # never blocks on a FIFO or device
+        except JsonTooDeepError as exc:
+            raise ConfigError(str(exc)) from None
         except ValueError as exc:
             raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
         except OSError as exc:
             raise ConfigError(f"cannot read {path}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a training config is a JSON object, not {type(raw).__name__}")
         base = PRESETS.get(raw.pop("base", ""), None)
         fields = base.to_dict() if base else {"description": str(path)}
         fields.update(raw)

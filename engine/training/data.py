@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine import limits
 from engine.errors import LonglensError
+from engine.jsonfile import JsonTooDeepError, loads_bounded
 
 if TYPE_CHECKING:
     from engine.training.configs import TrainConfig
@@ -211,7 +212,10 @@ def check_line(
     """Validate one JSONL line; the record is None when the line has an error."""
     chk = _LineCheck(line)
     try:
-        obj = json.loads(text)
+        obj = loads_bounded(text, "the line")
+    except JsonTooDeepError as exc:
+        chk.error("line", f"nests deeper than {exc.limit} levels (the limit); not read")
+        return None, chk.problems
     except ValueError as exc:
         chk.error("line", f"not valid JSON ({exc})")
         return None, chk.problems

@@ -33,7 +33,6 @@ Files: MODEL_DIR/matcher/{matcher.safetensors, matcher.json}.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
 import sys
@@ -60,8 +59,9 @@ from engine.backends.sceneworld_mini.matcher import (  # noqa: F401  (re-exporte
     load_matcher,
     save_matcher,
 )
-from engine.fileutil import read_user_text
 from engine.jobs import CancelToken, Progress
+from engine.jsonfile import read_json_file
+from engine.limits import MAX_SMALL_JSON_BYTES
 from engine.outputs import check_script_output
 
 
@@ -369,7 +369,7 @@ def train_matcher(model_dir: Path, out_dir: Path, s: MatcherSettings = MatcherSe
                 yield Progress("train", step, total, f"epoch {epoch + 1}/{s.epochs} loss {recent}",
                                rate=rate, eta_s=(total - step) / rate)
     matcher.eval()
-    meta = {"settings": asdict(s), "continued_from": json.loads(read_user_text(Path(init_from) / META))
+    meta = {"settings": asdict(s), "continued_from": read_json_file(Path(init_from) / META, max_bytes=MAX_SMALL_JSON_BYTES)
             if init_from is not None else None, "seconds": round(time.monotonic() - t0, 1),
             "final_loss": [float(v) for v in np.mean(history[-50:], axis=0)] if history else None,
             "torch": torch.__version__}

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from engine import options
+from engine.jsonfile import read_json_file
+from engine.limits import MAX_REPORT_JSON_BYTES, MAX_SMALL_JSON_BYTES
 from engine.outputs import check_script_output
 
 CONFIGS = tuple(f"C{i}" for i in range(1, 11))
@@ -119,7 +121,7 @@ def run_study(base: Path, work: Path, s: StudySettings, runs: Sequence[Run], log
                     n_train=max(int(round(s.n_train * run.data_fraction)), s.batch_size),
                     seed=s.seed, epochs=s.epochs, lr=s.lr, batch_size=s.batch_size,
                     warmup_steps=s.warmup_steps, cache_dir=work / ".embeddings", log=log)
-            meta = json.loads((folder / "study.json").read_text(encoding="utf-8"))
+            meta = read_json_file(folder / "study.json", max_bytes=MAX_SMALL_JSON_BYTES)
             return {"config": run.config, "hard_negatives": run.hard_negatives,
                     "data_fraction": run.data_fraction, "train_seconds": meta["seconds"]["train"],
                     "final_loss": meta["final_loss"], **evaluate_tower(base, folder, s)}
@@ -131,7 +133,7 @@ def run_study(base: Path, work: Path, s: StudySettings, runs: Sequence[Run], log
 
 def _cached(path: Path, compute) -> dict[str, Any]:
     if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json_file(path, max_bytes=MAX_REPORT_JSON_BYTES)
     value = compute()
     from engine.fileutil import atomic_write_text
 

@@ -77,7 +77,13 @@ def _check_resume(out_dir: Path, fp: dict[str, Any]) -> None:
     path = out_dir / RUN_FILE
     if not path.is_file():
         return
-    old = json.loads(path.read_text(encoding="utf-8")).get("fingerprint", {})
+    from engine.jsonfile import read_json_file
+    from engine.limits import MAX_SMALL_JSON_BYTES
+
+    try:
+        old = read_json_file(path, max_bytes=MAX_SMALL_JSON_BYTES).get("fingerprint", {})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"cannot resume: {path} is unreadable ({exc}); choose a new output folder") from None
     diffs = [k for k in ("config", "data_sha256", "base", "init_text_tower", "text_tower", "train_layers")
              if old.get(k) != fp.get(k)]
     if diffs:

@@ -44,7 +44,10 @@ def base_temperature(base_model_dir: Path) -> float:
     """The temperature the base was trained with (sceneworld-mini records its learned one), else 0.07."""
     meta_path = Path(base_model_dir) / "sceneworld_mini.json"
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        from engine.jsonfile import read_json_file
+        from engine.limits import model_file_limit
+
+        meta = read_json_file(meta_path, max_bytes=model_file_limit(meta_path.name) or 0)
         return float(meta["training_report"]["learned_temperature"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0.07

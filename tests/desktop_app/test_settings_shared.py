@@ -101,13 +101,13 @@ def test_a_bad_value_is_refused_by_cli_and_gui_naming_the_file_and_key(paths, ca
 def test_the_gui_reads_the_settings_file_once_per_change(paths, monkeypatch):
     _write_settings(paths, top_k=50)
     opens: list[str] = []
-    real = engine_settings.open_user_file
+    real = engine_settings.read_json_file  # the one read of the file (engine.jsonfile, bounded)
 
     def counting(path, *a, **kw):
         opens.append(str(path))
         return real(path, *a, **kw)
 
-    monkeypatch.setattr(engine_settings, "open_user_file", counting)
+    monkeypatch.setattr(engine_settings, "read_json_file", counting)
     backend = Backend(paths)
     try:
         assert len(opens) == 1  # the start-up check, cached

@@ -26,6 +26,8 @@ from PIL import Image
 from engine.backends.blip import BACKEND
 from engine.backends.blip.fast import FastBlipTowers
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.jsonfile import read_json_file
+from engine.limits import MAX_MODEL_CONFIG_BYTES, model_file_limit
 from engine.models.device import resolve_device  # noqa: F401  (re-exported for the backend's callers)
 from engine.models.hf_dual_encoder import (  # noqa: F401  (resolve_dtype: re-exported for the backend's callers)
     HfDualEncoderEmbedder,
@@ -74,7 +76,7 @@ def text_tower_arch_hash(config: Any) -> str:
 def _declared_model_type(folder: Path) -> str | None:
     """config.json's own model_type; BlipConfig.from_pretrained only warns on a foreign one."""
     try:
-        return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+        return read_json_file(folder / "config.json", max_bytes=MAX_MODEL_CONFIG_BYTES).get("model_type")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -156,9 +158,11 @@ class BlipEmbedder(HfDualEncoderEmbedder):
         path = self.checkpoint_dir / "preprocessor_config.json"
         if path.is_file():
             try:
-                cfg = json.loads(path.read_text(encoding="utf-8"))
+                cfg = read_json_file(path, max_bytes=model_file_limit(path.name) or 0)
             except (OSError, ValueError) as exc:
                 raise ModelIntegrityError(f"{path} is unreadable: {exc}") from exc
+            if not isinstance(cfg, dict):
+                raise ModelIntegrityError(f"{path} is not a JSON object")
             raw_size = cfg.get("size", {"height": size, "width": size})
             if isinstance(raw_size, int):
                 raw_size = {"height": raw_size, "width": raw_size}
@@ -184,10 +188,10 @@ class BlipEmbedder(HfDualEncoderEmbedder):
                 f"Text tower folder {folder} needs {TEXT_TOWER_WEIGHTS} and {TEXT_TOWER_META}."
             )
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta = read_json_file(meta_path, max_bytes=model_file_limit(meta_path.name) or 0)
         except (OSError, ValueError) as exc:
             raise ModelIntegrityError(f"{meta_path} is unreadable: {exc}") from exc
-        if meta.get("format") != TEXT_TOWER_FORMAT:
+        if not isinstance(meta, dict) or meta.get("format") != TEXT_TOWER_FORMAT:
             raise ModelIntegrityError(f"{meta_path} is not a Longlens BLIP text tower.")
         expected_hash = text_tower_arch_hash(self.config)
         if meta.get("arch_hash") != expected_hash:

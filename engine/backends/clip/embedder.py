@@ -16,7 +16,6 @@ is loaded, so torch and transformers are imported at the top.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -155,14 +154,14 @@ class ClipEmbedder(HfDualEncoderEmbedder):
     def _load_image_settings(self) -> None:
         """CLIPImageProcessor's steps from preprocessor_config.json (its defaults when absent), kept
         only when they end in the vision model's S x S input."""
-        from engine.fileutil import read_user_text
+        from engine.jsonfile import read_json_file
 
         s = self.image_size
         cfg: dict[str, Any] = {}
         path = self.checkpoint_dir / "preprocessor_config.json"
         if path.is_file():
             try:
-                cfg = json.loads(read_user_text(path, max_bytes=MAX_PREPROCESSOR_BYTES))
+                cfg = read_json_file(path, max_bytes=MAX_PREPROCESSOR_BYTES)
             except (OSError, ValueError) as exc:
                 raise ModelIntegrityError(f"{path} is unreadable: {exc}") from exc
             if not isinstance(cfg, dict):

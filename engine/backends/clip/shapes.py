@@ -5,7 +5,6 @@ then a meta-device CLIPModel whose every tensor must be in the headers with exac
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,11 @@ _NOT_CLIP = {
 
 def read_config(folder: Path) -> dict[str, Any]:
     """config.json of a model folder, read through the safe open with its size bounded."""
-    from engine.fileutil import read_user_text
+    from engine.jsonfile import read_json_file
 
     path = Path(folder) / "config.json"
     try:
-        cfg = json.loads(read_user_text(path, max_bytes=MAX_CONFIG_BYTES))
+        cfg = read_json_file(path, max_bytes=MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise ModelIntegrityError(f"{Path(folder)} has no config.json; it is not a model folder.") from None
     except (OSError, ValueError) as e:

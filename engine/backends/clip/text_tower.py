@@ -93,14 +93,14 @@ def save_text_tower(model: Any, out_dir: Path, name: str, *, base_model_id: str 
 
 
 def read_text_tower_meta(folder: Path) -> dict[str, Any]:
-    from engine.fileutil import read_user_text
+    from engine.jsonfile import read_json_file
 
     folder = Path(folder)
     meta_path = folder / TEXT_TOWER_META
     if not is_clip_text_tower(folder):
         raise ModelNotInstalledError(f"text tower folder {folder} needs {TEXT_TOWER_WEIGHTS} and {TEXT_TOWER_META}.")
     try:
-        meta = json.loads(read_user_text(meta_path, max_bytes=MAX_META_BYTES))
+        meta = read_json_file(meta_path, max_bytes=MAX_META_BYTES)
     except (OSError, ValueError) as exc:
         raise ModelIntegrityError(f"{meta_path} is unreadable: {exc}") from None
     if not isinstance(meta, dict):

@@ -115,7 +115,13 @@ def load_matcher(model_dir: Path, cfg: MiniConfig, device: str = "cpu") -> MiniM
     folder = Path(model_dir) / MATCHER_DIR
     if not (folder / WEIGHTS).is_file():
         return None
-    meta = json.loads((folder / META).read_text(encoding="utf-8"))
+    from engine.jsonfile import read_json_file
+    from engine.limits import MAX_SMALL_JSON_BYTES
+
+    try:
+        meta = read_json_file(folder / META, max_bytes=MAX_SMALL_JSON_BYTES)
+    except (OSError, ValueError) as exc:
+        raise ModelIntegrityError(f"{folder / META}: cannot be read as JSON ({exc})") from None
     m = MiniMatcher(cfg, int(meta.get("layers", 2)))
     state = {k: v.float() for k, v in load_file(str(folder / WEIGHTS)).items()}
     # Heads trained before phrase-patch alignment existed have no align_* weights: they load

@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from engine.errors import ModelError, ModelIntegrityError, ModelNotInstalledError
+from engine.limits import MAX_SMALL_JSON_BYTES
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -356,10 +357,10 @@ def check_folder_weights(folder: Path, weight_files: list[str]) -> None:
     """The folder's weights are one model.safetensors whose shapes fit its config (no allocation)."""
     if weight_files != [MODEL_FILE]:
         raise ModelIntegrityError(f"{folder}: a sceneworld-mini folder has its weights in {MODEL_FILE} only")
-    from engine.fileutil import read_user_text
+    from engine.jsonfile import read_json_file
 
     try:
-        meta = json.loads(read_user_text(folder / CONFIG_FILE))
+        meta = read_json_file(folder / CONFIG_FILE, max_bytes=MAX_SMALL_JSON_BYTES)
     except (OSError, ValueError) as exc:
         raise ModelIntegrityError(f"{folder / CONFIG_FILE}: cannot be read as JSON ({exc})") from None
     _check_config_fits_weights(check_config_dict(meta), folder / MODEL_FILE)
@@ -372,10 +373,12 @@ def load_model(model_dir: Path, device: str = "cpu") -> SceneWorldMini:
     cfg_path, weights = model_dir / CONFIG_FILE, model_dir / MODEL_FILE
     if not cfg_path.exists() or not weights.exists():
         raise ModelNotInstalledError(f"{model_dir} is not a sceneworld-mini model folder (needs {CONFIG_FILE} and {MODEL_FILE})")
+    from engine.jsonfile import read_json_file
+
     try:
-        meta = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ModelIntegrityError(f"{cfg_path}: not valid JSON ({exc})") from exc
+        meta = read_json_file(cfg_path, max_bytes=MAX_SMALL_JSON_BYTES)
+    except (OSError, ValueError) as exc:
+        raise ModelIntegrityError(f"{cfg_path}: cannot be read as JSON ({exc})") from None
     cfg = MiniConfig.from_dict(meta["config"])
     _check_config_fits_weights(cfg, weights)
     model = SceneWorldMini(cfg)
@@ -412,7 +415,9 @@ def load_text_tower(model: SceneWorldMini, folder: Path) -> str:
     folder = Path(folder)
     meta_path = folder / "text_tower.json"
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        from engine.jsonfile import read_json_file
+
+        meta = read_json_file(meta_path, max_bytes=MAX_SMALL_JSON_BYTES)
         state = load_file(str(folder / TEXT_TOWER_FILE))
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot read the text tower in {folder}: {exc}") from exc
