@@ -94,6 +94,8 @@ class Services:
     def indexer(self, embedder: Embedder, **kwargs):
         from engine.indexing.pipeline import Indexer
 
+        # Longlens's own folders are never indexed, even when a library contains them.
+        kwargs.setdefault("own_folders", (self.paths.data, self.paths.cache, self.paths.config, self.paths.models))
         return Indexer(self.catalog, self.store, embedder, **kwargs)
 
     def searcher(self, embedder: Embedder):

@@ -5,8 +5,13 @@ from engine.catalog.catalog import (
     Catalog,
     ImageFilter,
     ImageWrite,
+    LibraryAdded,
+    LibraryOverlapError,
     LibraryState,
+    MergedLibrary,
+    folder_within,
     open_catalog,
+    same_folder,
 )
 from engine.catalog.db import SCHEMA_VERSION, CatalogConflictError, CatalogDamagedError
 
@@ -18,6 +23,11 @@ __all__ = [
     "CatalogDamagedError",
     "ImageFilter",
     "ImageWrite",
+    "LibraryAdded",
+    "LibraryOverlapError",
     "LibraryState",
+    "MergedLibrary",
+    "folder_within",
     "open_catalog",
+    "same_folder",
 ]

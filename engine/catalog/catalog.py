@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from engine.catalog.db import (
     sqlite_errors,
 )
 from engine.catalog.schema import embeddings, image_keywords, image_metadata, images, libraries, meta
-from engine.errors import CatalogError
+from engine.errors import CatalogError, LibraryError
 from engine.types import (
     LIBRARY_ONLINE,
     STATUS_DELETED,
@@ -130,6 +131,26 @@ def blob_to_vector(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype="<f4").astype(np.float32)
 
 
+class LibraryOverlapError(LibraryError):
+    """A folder inside an indexed library cannot be a library of its own (one picture, one library)."""
+
+
+@dataclass(frozen=True)
+class MergedLibrary:
+    """A library that lay inside a new library's folder and was merged into it."""
+
+    id: int
+    root: str
+    moved: int  # its rows, now the outer library's (vectors and metadata kept)
+    dropped: int  # its rows for files the outer library already held (overlap from before)
+
+
+@dataclass(frozen=True)
+class LibraryAdded:
+    library: Library
+    merged: tuple[MergedLibrary, ...] = ()
+
+
 # A library whose last indexing run did not complete (cancelled, killed, or still running): some
 # files may not be in the catalog yet. Its pending count is kept in meta under PENDING_KEY.
 LIBRARY_PARTIAL = "partial"
@@ -216,16 +237,61 @@ class Catalog:
 
     # -- libraries ----------------------------------------------------------
     def add_library(self, root: Path | str) -> Library:
-        """Register a folder (idempotent). The root is stored as an absolute, resolved path."""
-        root_s = str(Path(root).expanduser().resolve())
+        """Register a folder (idempotent) as add_library_merging does; the library."""
+        return self.add_library_merging(root).library
+
+    def add_library_merging(self, root: Path | str) -> LibraryAdded:
+        """The library at `root` (stored absolute and resolved), registered when new: one picture,
+        one library. The same folder under another spelling (a case-insensitive disk, a bind
+        mount: the same device and inode) is the library already there. A folder inside an
+        indexed library is refused (LibraryOverlapError: index that library instead), and
+        libraries inside `root` are merged into it, in the same transaction: their rows move
+        under it (paths made relative to `root`, vectors and metadata kept, nothing re-embedded)
+        and they are removed, so no picture is ever in two libraries. Their ANN index files are
+        derived data the caller drops (IndexStore.drop)."""
+        root_p = Path(root).expanduser().resolve()
+        root_s = str(root_p)
         with self.write() as conn:
-            row = conn.execute(select(libraries).where(libraries.c.root == root_s)).first()
+            known = [_row_to_library(r) for r in conn.execute(select(libraries).order_by(libraries.c.id))]
+            row = next((lib for lib in known if lib.root == root_s), None)
             if row is None:
-                conn.execute(
-                    insert(libraries).values(root=root_s, status=LIBRARY_ONLINE, added_at=time.time())
-                )
-                row = conn.execute(select(libraries).where(libraries.c.root == root_s)).one()
-        return _row_to_library(row)
+                row = next((lib for lib in known if same_folder(lib.root, root_p)), None)
+            others = [lib for lib in known if row is None or lib.id != row.id]
+            outer = [lib for lib in others if folder_within(root_p, lib.root)]
+            if outer:
+                raise LibraryOverlapError(overlap_message(root_s, outer[0].root))
+            if row is None:
+                conn.execute(insert(libraries).values(root=root_s, status=LIBRARY_ONLINE, added_at=time.time()))
+                row = _row_to_library(conn.execute(select(libraries).where(libraries.c.root == root_s)).one())
+            merged: list[MergedLibrary] = []
+            for inner in others:
+                if folder_within(inner.root, Path(row.root)):
+                    merged.append(self._merge_into(conn, inner, row))
+        return LibraryAdded(row, tuple(merged))
+
+    def _merge_into(self, conn: Connection, inner: Library, outer: Library) -> MergedLibrary:
+        """Move every row of `inner` (a library inside `outer`) into `outer` and remove `inner`."""
+        prefix = _relative_root(inner.root, outer.root)
+        moved = dropped = 0
+        taken = {r.rel_path: r for r in conn.execute(
+            select(images.c.id, images.c.rel_path, images.c.status).where(images.c.library_id == outer.id))}
+        for r in conn.execute(select(images.c.id, images.c.rel_path, images.c.status)
+                              .where(images.c.library_id == inner.id)).all():
+            rel = dbpaths.to_db(f"{prefix}/{dbpaths.from_db(r.rel_path)}" if prefix else dbpaths.from_db(r.rel_path))
+            there = taken.get(rel)
+            if there is not None:
+                # Both libraries held this file (overlapping libraries from before this check):
+                # one row stays, the live one, the outer library's when both are.
+                if there.status == STATUS_OK or r.status != STATUS_OK:
+                    conn.execute(delete(images).where(images.c.id == r.id))
+                    dropped += 1
+                    continue
+                conn.execute(delete(images).where(images.c.id == there.id))
+            conn.execute(update(images).where(images.c.id == r.id).values(library_id=outer.id, rel_path=rel))
+            moved += 1
+        conn.execute(delete(libraries).where(libraries.c.id == inner.id))
+        conn.execute(delete(meta).where(meta.c.key == PENDING_KEY.format(id=inner.id)))
+        return MergedLibrary(inner.id, inner.root, moved, dropped)
 
     def libraries(self) -> list[Library]:
         with self.read() as conn:
@@ -733,6 +799,62 @@ def _folder_relative_to(folder: str, root: str) -> str | None:
         return None
     s = rel.as_posix()
     return "" if s == "." else s
+
+
+def _folder_key(path: Path | str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # an offline root: only its name can be compared
+    return st.st_dev, st.st_ino
+
+
+def same_folder(a: Path | str, b: Path | str) -> bool:
+    """The same folder: the same resolved path, or (both reachable) the same device and inode, which
+    also holds for two spellings of one folder on a case-insensitive disk and for bind mounts."""
+    if os.path.normcase(str(a)) == os.path.normcase(str(b)):
+        return True
+    ka = _folder_key(a)
+    return ka is not None and ka == _folder_key(b)
+
+
+def folder_within(inner: Path | str, outer: Path | str) -> bool:
+    """`inner` is `outer` or lies under it. Both are resolved absolute paths (symbolic links
+    already followed); compared by name (os.path.normcase) and, where the folders can be reached,
+    by device and inode along `inner`'s ancestors, so that another spelling of `outer` on a
+    case-insensitive disk counts too."""
+    inner_p, outer_p = Path(inner), Path(outer)
+    if Path(os.path.normcase(str(inner_p))).is_relative_to(Path(os.path.normcase(str(outer_p)))):
+        return True
+    outer_key = _folder_key(outer_p)
+    if outer_key is None:
+        return False
+    return any(_folder_key(p) == outer_key for p in (inner_p, *inner_p.parents))
+
+
+def overlap_message(root: str, library_root: str) -> str:
+    """Why a folder inside an indexed library is not made a library of its own, and the way out."""
+    return (f"{root} is inside the library {library_root}, which is indexed already: index {library_root} "
+            "instead (it includes this folder), or remove that library first; a picture is never in two "
+            "libraries")
+
+
+def _relative_root(inner: str, outer: str) -> str:
+    """`inner`'s path under `outer` ('/'-separated, '' for the same folder): by name when it can,
+    else by walking `inner`'s ancestors to the one that is `outer` on disk."""
+    inner_p, outer_p = Path(inner), Path(outer)
+    try:
+        rel = inner_p.relative_to(outer_p).as_posix()
+        return "" if rel == "." else rel
+    except ValueError:
+        pass
+    outer_key = _folder_key(outer_p)
+    parts: list[str] = []
+    for p in (inner_p, *inner_p.parents):
+        if _folder_key(p) == outer_key or os.path.normcase(str(p)) == os.path.normcase(str(outer_p)):
+            return "/".join(reversed(parts))
+        parts.append(p.name)
+    raise CatalogError(f"{inner} is not inside {outer}")
 
 
 def open_catalog(path: Path) -> Catalog:
