@@ -280,13 +280,15 @@ class Catalog:
             rel = dbpaths.to_db(f"{prefix}/{dbpaths.from_db(r.rel_path)}" if prefix else dbpaths.from_db(r.rel_path))
             there = taken.get(rel)
             if there is not None:
-                # Both libraries held this file (overlapping libraries from before this check):
-                # one row stays, the live one, the outer library's when both are.
-                if there.status == STATUS_OK or r.status != STATUS_OK:
-                    conn.execute(delete(images).where(images.c.id == r.id))
+                # Both libraries held this file (libraries that overlap from before this check):
+                # one row stays, the live one, the outer library's when both are; it takes the
+                # other's vectors and metadata where it has none, so nothing is embedded again.
+                keep, drop = (there.id, r.id) if there.status == STATUS_OK or r.status != STATUS_OK else (r.id, there.id)
+                _take_over_vectors(conn, keep, drop)
+                conn.execute(delete(images).where(images.c.id == drop))
+                if keep == there.id:
                     dropped += 1
                     continue
-                conn.execute(delete(images).where(images.c.id == there.id))
             conn.execute(update(images).where(images.c.id == r.id).values(library_id=outer.id, rel_path=rel))
             moved += 1
         conn.execute(delete(libraries).where(libraries.c.id == inner.id))
@@ -799,6 +801,16 @@ def _folder_relative_to(folder: str, root: str) -> str | None:
         return None
     s = rel.as_posix()
     return "" if s == "." else s
+
+
+def _take_over_vectors(conn: Connection, keep: int, drop: int) -> None:
+    """Row `keep` takes row `drop`'s vectors of the models it has none of, and its metadata if it has none."""
+    have = select(embeddings.c.model_id).where(embeddings.c.image_id == keep)
+    conn.execute(update(embeddings).where(embeddings.c.image_id == drop, embeddings.c.model_id.not_in(have))
+                 .values(image_id=keep))
+    if conn.execute(select(image_metadata.c.image_id).where(image_metadata.c.image_id == keep)).first() is None:
+        conn.execute(update(image_metadata).where(image_metadata.c.image_id == drop).values(image_id=keep))
+        conn.execute(update(image_keywords).where(image_keywords.c.image_id == drop).values(image_id=keep))
 
 
 def _folder_key(path: Path | str) -> tuple[int, int] | None:

@@ -95,7 +95,8 @@ class IndexSummary:
     # JPEG lets its RAW stand in, until the JPEG can be read again): {"path": it, "for": that file}
     pair_stand_ins: list[dict[str, str]] = field(default_factory=list)
     # Libraries that lay inside this one and were merged into it (one picture, one library): their
-    # rows and vectors are this library's now, nothing re-embedded. {"root": ..., "pictures": n}
+    # rows and vectors are this library's now, nothing re-embedded. {"root": ..., "pictures": moved in,
+    # "already_held": pictures this library held as well (libraries that overlapped from before)}
     merged_libraries: list[dict[str, object]] = field(default_factory=list)
     xmp_read: int = 0  # pictures whose XMP (embedded and sidecars) was read in this run
     # ... of them, pictures whose metadata alone was read again, their pixels untouched: a sidecar was
@@ -340,7 +341,7 @@ class Indexer:
             # from the catalog, which now holds their vectors under this library.
             for m in added.merged:
                 self.store.drop(m.id)
-                summary.merged_libraries.append({"root": m.root, "pictures": m.moved})
+                summary.merged_libraries.append({"root": m.root, "pictures": m.moved, "already_held": m.dropped})
             self.store.drop(added.library.id)
         return added.library
 
