@@ -94,8 +94,11 @@ class Services:
     def indexer(self, embedder: Embedder, **kwargs):
         from engine.indexing.pipeline import Indexer
 
-        # Longlens's own folders are never indexed, even when a library contains them.
-        kwargs.setdefault("own_folders", (self.paths.data, self.paths.cache, self.paths.config, self.paths.models))
+        # Longlens's own folders are never a library, and never scanned when a library contains them;
+        # the data folder holds its sample collections (demo-photos, ...), which are libraries of their own.
+        kwargs.setdefault("own_folders", (self.paths.cache, self.paths.config, self.paths.models, self.paths.indexes,
+                                          self.paths.data / "xmp-backups"))  # engine.xmp_export.BACKUP_FOLDER
+        kwargs.setdefault("data_folder", self.paths.data)
         return Indexer(self.catalog, self.store, embedder, **kwargs)
 
     def searcher(self, embedder: Embedder):

@@ -199,6 +199,7 @@ class Indexer:
         decode_workers: int = 2,
         raw_jpeg_pairs: str = "jpeg",
         own_folders: Sequence[Path | str] = (),
+        data_folder: Path | str | None = None,
     ) -> None:
         self.catalog = catalog
         self.store = store
@@ -211,9 +212,12 @@ class Indexer:
         # Which file of a RAW+JPEG pair is indexed; the other is left out of the library (and a row
         # indexed before under another choice is swept like a deleted file).
         self.raw_jpeg_pairs = RAW_JPEG_PAIRS.check(raw_jpeg_pairs)
-        # Longlens's own folders (engine.config.Paths: data, cache, config, models): never a library,
-        # never scanned when a library contains them (its backups and thumbnails are not photos).
+        # Longlens's own folders (engine.config.Paths: cache, config, models, the index files, the
+        # sidecar backups): never a library, never scanned when a library contains them (its backups
+        # and thumbnails are not photos). The data folder is never scanned as part of a library that
+        # contains it either; a folder in it may be a library (the demo's sample collections).
         self.own_folders = tuple(Path(p).expanduser().resolve() for p in own_folders)
+        self.data_folder = Path(data_folder).expanduser().resolve() if data_folder is not None else None
         self._model_thread: ThreadPoolExecutor | None = None  # created on first use
 
     # -- the job ------------------------------------------------------------
@@ -251,7 +255,8 @@ class Indexer:
         self.catalog.set_library_status(lib.id, LIBRARY_PARTIAL)
 
         # 1. scan (Longlens's own folders and other libraries are not part of this one)
-        excluded = [ExcludedFolder(p, OWN_FOLDER_REASON) for p in self.own_folders]
+        excluded = [ExcludedFolder(p, OWN_FOLDER_REASON)
+                    for p in (*self.own_folders, *([self.data_folder] if self.data_folder else []))]
         excluded += [ExcludedFolder(Path(other.root), f"the library {other.root}, indexed on its own")
                      for other in self.catalog.libraries() if other.id != lib.id]
         entries, left_out = yield from scan_pairs(root, summary, cancel, raw_jpeg_pairs=self.raw_jpeg_pairs,

@@ -141,10 +141,16 @@ def test_longlens_own_folders_are_never_indexed(home, paths, tmp_path, cli):
     assert rc == 0 and "home/data: Longlens's own data folder" in out
 
     # A library in the home is refused before anything is written.
-    for inside in (paths.data / "xmp-backups", paths.thumbnails):
+    for inside in (paths.data / "xmp-backups", paths.thumbnails, paths.models):
         rc, _, err = cli("index", str(inside), *MODEL)
         assert rc == 2 and "Longlens's own data folder" in err and "Traceback" not in err
     assert [root for root, _ in _libraries(paths)] == [str(tmp_path.resolve())]
+
+
+def test_longlens_sample_collections_in_its_data_folder_are_libraries_of_their_own(home, paths, cli):
+    demo = paths.data / "demo-photos"
+    _pictures(demo, ["a.jpg"], seed=5)
+    assert cli.json("index", str(demo), *MODEL)["new"] == 1
 
 
 def test_a_link_into_another_library_is_not_followed_into_it(home, paths, tmp_path, cli):
