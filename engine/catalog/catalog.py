@@ -269,6 +269,14 @@ class Catalog:
                     merged.append(self._merge_into(conn, inner, row))
         return LibraryAdded(row, tuple(merged))
 
+    def overlap_problem(self, root: Path | str) -> str | None:
+        """Why `root` cannot be indexed (it lies inside another library), or None; reads only."""
+        root_p = Path(root).expanduser().resolve()
+        known = self.libraries()
+        same = next((lib for lib in known if lib.root == str(root_p) or same_folder(lib.root, root_p)), None)
+        outer = [lib for lib in known if lib is not same and folder_within(root_p, lib.root)]
+        return overlap_message(str(root_p), outer[0].root) if outer else None
+
     def _merge_into(self, conn: Connection, inner: Library, outer: Library) -> MergedLibrary:
         """Move every row of `inner` (a library inside `outer`) into `outer` and remove `inner`."""
         prefix = _relative_root(inner.root, outer.root)

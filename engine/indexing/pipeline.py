@@ -183,6 +183,22 @@ def scan_pairs(root: Path, summary: Any, cancel: CancelToken, report_every: int 
     return entries, left_out
 
 
+def own_folder_problem(root: Path | str, own_folders: Sequence[Path | str]) -> str | None:
+    """Why `root` cannot be a library because it lies in one of Longlens's own folders, or None."""
+    root = Path(root).expanduser().resolve()
+    for own in own_folders:
+        if folder_within(root, Path(own).expanduser().resolve()):
+            return (f"{root} is inside {own}, Longlens's own data folder (its catalog, backups, thumbnails and "
+                    "models): it is never indexed; choose the folder of your photos")
+    return None
+
+
+def library_root_problem(catalog: Catalog, root: Path | str, own_folders: Sequence[Path | str]) -> str | None:
+    """Why indexing `root` would be refused (Longlens's own folder, or inside another library), or
+    None: what Indexer.run checks first, for a front end to say before it starts the job."""
+    return own_folder_problem(root, own_folders) or catalog.overlap_problem(root)
+
+
 OWN_FOLDER_REASON = "Longlens's own data folder (catalog, backups, thumbnails, models): never indexed"
 
 
@@ -335,11 +351,9 @@ class Indexer:
     def _library_for(self, root: Path, summary: IndexSummary):
         """The library at `root`, registered when new (Catalog.add_library_merging: a folder inside a
         library is refused, libraries inside this one are merged into it); never Longlens's own folder."""
-        for own in self.own_folders:
-            if folder_within(root, own):
-                raise LibraryOverlapError(
-                    f"{root} is inside {own}, Longlens's own data folder (its catalog, backups, thumbnails "
-                    "and models): it is never indexed; choose the folder of your photos")
+        problem = own_folder_problem(root, self.own_folders)
+        if problem is not None:
+            raise LibraryOverlapError(problem)
         added = self.catalog.add_library_merging(root)
         if added.merged:
             # Derived data: the merged libraries' index files go, and this library's index is rebuilt
