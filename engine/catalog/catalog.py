@@ -263,10 +263,13 @@ class Catalog:
             if row is None:
                 conn.execute(insert(libraries).values(root=root_s, status=LIBRARY_ONLINE, added_at=time.time()))
                 row = _row_to_library(conn.execute(select(libraries).where(libraries.c.root == root_s)).one())
-            merged: list[MergedLibrary] = []
-            for inner in others:
-                if folder_within(inner.root, Path(row.root)):
-                    merged.append(self._merge_into(conn, inner, row))
+            inside = [lib for lib in others if folder_within(lib.root, Path(row.root))]
+            offline = [lib for lib in inside if not Path(lib.root).is_dir()]
+            if offline:
+                # Merged now, its rows would be swept as deleted by this folder's scan: an unmounted
+                # drive is not a deletion.
+                raise LibraryOverlapError(offline_inside_message(root_s, offline[0].root))
+            merged = [self._merge_into(conn, inner, row) for inner in inside]
         return LibraryAdded(row, tuple(merged))
 
     def overlap_problem(self, root: Path | str) -> str | None:
@@ -274,8 +277,12 @@ class Catalog:
         root_p = Path(root).expanduser().resolve()
         known = self.libraries()
         same = next((lib for lib in known if lib.root == str(root_p) or same_folder(lib.root, root_p)), None)
-        outer = [lib for lib in known if lib is not same and folder_within(root_p, lib.root)]
-        return overlap_message(str(root_p), outer[0].root) if outer else None
+        others = [lib for lib in known if lib is not same]
+        outer = [lib for lib in others if folder_within(root_p, lib.root)]
+        if outer:
+            return overlap_message(str(root_p), outer[0].root)
+        offline = [lib for lib in others if folder_within(lib.root, root_p) and not Path(lib.root).is_dir()]
+        return offline_inside_message(str(root_p), offline[0].root) if offline else None
 
     def _merge_into(self, conn: Connection, inner: Library, outer: Library) -> MergedLibrary:
         """Move every row of `inner` (a library inside `outer`) into `outer` and remove `inner`."""
@@ -857,6 +864,13 @@ def overlap_message(root: str, library_root: str) -> str:
     return (f"{root} is inside the library {library_root}, which is indexed already: index {library_root} "
             "instead (it includes this folder), or remove that library first; a picture is never in two "
             "libraries")
+
+
+def offline_inside_message(root: str, library_root: str) -> str:
+    """Why a folder holding an offline library is not indexed now, and the way out."""
+    return (f"the library {library_root} lies inside {root} and is offline (missing or unmounted): connect it "
+            f"and index {root} again (that library is then merged into it, nothing re-embedded), or remove that "
+            "library first")
 
 
 def _relative_root(inner: str, outer: str) -> str:

@@ -84,6 +84,21 @@ def test_the_merge_is_said_in_words(home, paths, tmp_path, cli):
             "this library's now (nothing re-embedded)") in out
 
 
+def test_a_parent_of_an_offline_library_waits_for_it(home, paths, tmp_path, cli):
+    photos = tmp_path / "photos"
+    _pictures(photos / "card", ["a.jpg"], seed=1)
+    assert cli("index", str(photos / "card"), *MODEL, "--quiet")[0] == 0
+    (photos / "card").rename(tmp_path / "card-away")  # the card is out of the reader
+    _pictures(photos, ["top.jpg"], seed=2)
+    before = _libraries(paths)
+    rc, _, err = cli("index", str(photos), *MODEL)
+    assert rc == 2 and f"the library {(photos / 'card').resolve()} lies inside {photos.resolve()} and is offline" in err
+    assert _libraries(paths) == before
+    (tmp_path / "card-away").rename(photos / "card")
+    s = cli.json("index", str(photos), *MODEL)
+    assert (s["new"], s["unchanged"], s["deleted"]) == (1, 1, 0)
+
+
 def test_a_folder_inside_a_library_is_refused_with_the_way_out(home, paths, tmp_path, cli):
     photos = tmp_path / "photos"
     _pictures(photos / "2024", ["a.jpg"], seed=1)
