@@ -316,15 +316,14 @@ class Indexer:
                                             cancel, meter, done, total)
 
             # 3a. pairs whose indexed file turned out unreadable in this run: the other file stands in
-            if not summary.cancelled:
-                late = pairs.stand_ins({r.rel_path: r for r in self.catalog.image_records(lib.id)},
-                                       already=stand_ins)
+            if pairs.kept and not summary.cancelled:
+                rows = {r.rel_path: r for r in self.catalog.image_records(lib.id)}
+                late = pairs.stand_ins(rows, already=stand_ins)
                 if late:
                     stand_ins += late
                     late_paths = {e.rel_path for e in late}
                     vanished = [r for r in vanished if r.rel_path not in late_paths]
-                    more = self._candidates(lib.id, late, {r.rel_path: r for r in self.catalog.image_records(lib.id)},
-                                            summary)
+                    more = self._candidates(lib.id, late, rows, summary)
                     total += len(more)
                     meter.total = total
                     done = yield from self._process(more, prepare, pool, lib.id, index, movable, claimed, summary,
@@ -471,19 +470,20 @@ class Indexer:
         `records`: the library's rows, when the caller has just read them."""
         records = self.catalog.image_records(library_id) if records is None else records
         by_path = {r.rel_path: r for r in records}
-        candidates = self._candidates(library_id, entries, by_path, summary)
-        seen = {e.rel_path for e in entries}
         embedded = self.catalog.embedded_ids(library_id, self.embedder.identity)
+        candidates = self._candidates(library_id, entries, by_path, summary, embedded)
+        seen = {e.rel_path for e in entries}
         vanished = [r for r in records if r.rel_path not in seen and r.status != STATUS_DELETED]
         # Rows whose file disappeared but whose content may reappear elsewhere (a move).
         movable = {r.content_hash: r for r in vanished if r.content_hash and r.id in embedded}
         return candidates, vanished, movable
 
     def _candidates(self, library_id: int, entries: Sequence[FileEntry], by_path: dict[str, ImageRecord],
-                    summary: IndexSummary) -> list[_Candidate]:
+                    summary: IndexSummary, embedded: set[int] | None = None) -> list[_Candidate]:
         """The entries that need work (new, changed, or without a vector of this model identity);
-        the others are counted unchanged."""
-        embedded = self.catalog.embedded_ids(library_id, self.embedder.identity)
+        the others are counted unchanged. `embedded`: the library's ids with such a vector, if just read."""
+        if embedded is None:
+            embedded = self.catalog.embedded_ids(library_id, self.embedder.identity)
         candidates: list[_Candidate] = []
         for e in entries:
             rec = by_path.get(e.rel_path)
