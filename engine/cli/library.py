@@ -41,7 +41,8 @@ def summary_text(s: dict) -> str:
         lines.append(f"  merged: the library {m['root']} lies inside this folder; its {n} "
                      f"picture{' is' if n == 1 else 's are'} this library's now (nothing re-embedded{held})")
     if s.get("xmp_reread"):
-        lines.append(f"  metadata: {s['xmp_reread']} pictures' XMP read again (sidecar added, edited or removed); "
+        lines.append(f"  metadata: {s['xmp_reread']} pictures' XMP read again (sidecar added, edited or removed, "
+                     "or a RAW+JPEG pair taken otherwise); "
                      "not re-embedded")
     if s["cancelled"]:
         lines.append("  CANCELLED: committed batches are kept; run again to resume")

@@ -580,7 +580,8 @@ class Indexer:
     def _refresh_metadata(self, library_id: int, entries: Sequence[FileEntry], pool: ThreadPoolExecutor,
                           cancel: CancelToken, summary: IndexSummary) -> Iterator[Progress]:
         """Read again the XMP of every live picture whose sidecars (names, sizes, mtimes) are not
-        those its stored metadata was read from: a sidecar added, edited or removed, a picture
+        those its stored metadata was read from: a sidecar added, edited or removed, a RAW+JPEG pair
+        taken otherwise (engine.metadata.sidecar_state holds the pair a picture stands for), a picture
         from before catalog schema 5. Only the metadata is read and written: no hash, no decode,
         no model. Runs after the batches, so the pictures just indexed already match."""
         stored = self.catalog.metadata_states(library_id)

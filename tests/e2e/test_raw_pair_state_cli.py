@@ -105,8 +105,10 @@ def test_a_pairing_change_reads_the_xmp_of_the_pair_again(home, paths, tmp_path,
         'photoshop:SidecarForExtension="NEF"', 'photoshop:SidecarForExtension="DNG"'), encoding="utf-8")
     expected = {"jpeg": {"DSC_4127.JPG": 4}, "both": {"DSC_4127.JPG": None, "DSC_4127.DNG": 4},
                 "raw": {"DSC_4127.DNG": 4}}
-    for pairs in ("jpeg", "both", "jpeg", "raw"):
-        cli.json("index", str(folder), *MODEL, "--raw-jpeg-pairs", pairs)
+    for n, pairs in enumerate(("jpeg", "both", "jpeg", "raw")):
+        s = cli.json("index", str(folder), *MODEL, "--raw-jpeg-pairs", pairs)
+        if n and pairs != "raw":  # the JPEG stays, unchanged: its XMP alone is read again, its pixels not
+            assert s["xmp_reread"] == 1 and s["embedded"] == (1 if pairs == "both" else 0), pairs  # both: the new DNG
         live = _live(paths)
         got = {name: _metadata(paths, i).rating for name, i in live.items()}
         assert got == expected[pairs], pairs
