@@ -101,7 +101,7 @@ class Services:
         """Why indexing `root` would be refused (engine.indexing.pipeline.library_root_problem), or None."""
         from engine.indexing.pipeline import library_root_problem
 
-        return library_root_problem(self.catalog, root, self.own_folders())
+        return library_root_problem(self.catalog, root, self.own_folders(), self.paths.data)
 
     def indexer(self, embedder: Embedder, **kwargs):
         from engine.indexing.pipeline import Indexer

@@ -240,7 +240,7 @@ class Catalog:
         """Register a folder (idempotent) as add_library_merging does; the library."""
         return self.add_library_merging(root).library
 
-    def add_library_merging(self, root: Path | str) -> LibraryAdded:
+    def add_library_merging(self, root: Path | str, *, apart: Sequence[Path | str] = ()) -> LibraryAdded:
         """The library at `root` (stored absolute and resolved), registered when new: one picture,
         one library. The same folder under another spelling (a case-insensitive disk, a bind
         mount: the same device and inode) is the library already there. A folder inside an
@@ -248,7 +248,9 @@ class Catalog:
         libraries inside `root` are merged into it, in the same transaction: their rows move
         under it (paths made relative to `root`, vectors and metadata kept, nothing re-embedded)
         and they are removed, so no picture is ever in two libraries. Their ANN index files are
-        derived data the caller drops (IndexStore.drop)."""
+        derived data the caller drops (IndexStore.drop). `apart`: folders a library's scan never
+        enters (Longlens's data folder): a library inside one of them does not overlap a library
+        around it (the demo's sample collections when the home lies inside a library)."""
         root_p = Path(root).expanduser().resolve()
         root_s = str(root_p)
         with self.write() as conn:
@@ -257,13 +259,13 @@ class Catalog:
             if row is None:
                 row = next((lib for lib in known if same_folder(lib.root, root_p)), None)
             others = [lib for lib in known if row is None or lib.id != row.id]
-            outer = [lib for lib in others if folder_within(root_p, lib.root)]
+            outer = [lib for lib in others if _overlaps(root_p, lib.root, apart)]
             if outer:
                 raise LibraryOverlapError(overlap_message(root_s, outer[0].root))
             if row is None:
                 conn.execute(insert(libraries).values(root=root_s, status=LIBRARY_ONLINE, added_at=time.time()))
                 row = _row_to_library(conn.execute(select(libraries).where(libraries.c.root == root_s)).one())
-            inside = [lib for lib in others if folder_within(lib.root, Path(row.root))]
+            inside = [lib for lib in others if _overlaps(lib.root, row.root, apart)]
             offline = [lib for lib in inside if not Path(lib.root).is_dir()]
             if offline:
                 # Merged now, its rows would be swept as deleted by this folder's scan: an unmounted
@@ -272,16 +274,17 @@ class Catalog:
             merged = [self._merge_into(conn, inner, row) for inner in inside]
         return LibraryAdded(row, tuple(merged))
 
-    def overlap_problem(self, root: Path | str) -> str | None:
-        """Why `root` cannot be indexed (it lies inside another library), or None; reads only."""
+    def overlap_problem(self, root: Path | str, *, apart: Sequence[Path | str] = ()) -> str | None:
+        """Why `root` cannot be indexed (it lies inside another library, or an offline library lies
+        inside it), or None, as add_library_merging would say; reads only."""
         root_p = Path(root).expanduser().resolve()
         known = self.libraries()
         same = next((lib for lib in known if lib.root == str(root_p) or same_folder(lib.root, root_p)), None)
         others = [lib for lib in known if lib is not same]
-        outer = [lib for lib in others if folder_within(root_p, lib.root)]
+        outer = [lib for lib in others if _overlaps(root_p, lib.root, apart)]
         if outer:
             return overlap_message(str(root_p), outer[0].root)
-        offline = [lib for lib in others if folder_within(lib.root, root_p) and not Path(lib.root).is_dir()]
+        offline = [lib for lib in others if _overlaps(lib.root, root_p, apart) and not Path(lib.root).is_dir()]
         return offline_inside_message(str(root_p), offline[0].root) if offline else None
 
     def _merge_into(self, conn: Connection, inner: Library, outer: Library) -> MergedLibrary:
@@ -857,6 +860,14 @@ def folder_within(inner: Path | str, outer: Path | str) -> bool:
     if outer_key is None:
         return False
     return any(_folder_key(p) == outer_key for p in (inner_p, *inner_p.parents))
+
+
+def _overlaps(inner: Path | str, outer: Path | str, apart: Sequence[Path | str]) -> bool:
+    """`inner` lies in `outer` and `outer`'s scan reaches it (no `apart` folder between them)."""
+    if not folder_within(inner, outer):
+        return False
+    return not any(folder_within(inner, a) and folder_within(a, outer) and not same_folder(a, outer)
+                   for a in apart)
 
 
 def overlap_message(root: str, library_root: str) -> str:

@@ -193,10 +193,12 @@ def own_folder_problem(root: Path | str, own_folders: Sequence[Path | str]) -> s
     return None
 
 
-def library_root_problem(catalog: Catalog, root: Path | str, own_folders: Sequence[Path | str]) -> str | None:
+def library_root_problem(catalog: Catalog, root: Path | str, own_folders: Sequence[Path | str],
+                         data_folder: Path | str | None = None) -> str | None:
     """Why indexing `root` would be refused (Longlens's own folder, or inside another library), or
     None: what Indexer.run checks first, for a front end to say before it starts the job."""
-    return own_folder_problem(root, own_folders) or catalog.overlap_problem(root)
+    return own_folder_problem(root, own_folders) or catalog.overlap_problem(
+        root, apart=[Path(data_folder).expanduser().resolve()] if data_folder else [])
 
 
 OWN_FOLDER_REASON = "Longlens's own data folder (catalog, backups, thumbnails, models): never indexed"
@@ -353,7 +355,7 @@ class Indexer:
         problem = own_folder_problem(root, self.own_folders)
         if problem is not None:
             raise LibraryOverlapError(problem)
-        added = self.catalog.add_library_merging(root)
+        added = self.catalog.add_library_merging(root, apart=[self.data_folder] if self.data_folder else [])
         if added.merged:
             # Derived data: the merged libraries' index files go, and this library's index is rebuilt
             # from the catalog, which now holds their vectors under this library.

@@ -162,10 +162,17 @@ def test_longlens_own_folders_are_never_indexed(home, paths, tmp_path, cli):
     assert [root for root, _ in _libraries(paths)] == [str(tmp_path.resolve())]
 
 
-def test_longlens_sample_collections_in_its_data_folder_are_libraries_of_their_own(home, paths, cli):
+def test_longlens_sample_collections_in_its_data_folder_are_libraries_of_their_own(home, paths, tmp_path, cli):
     demo = paths.data / "demo-photos"
     _pictures(demo, ["a.jpg"], seed=5)
+    _pictures(tmp_path / "photos", ["b.jpg"], seed=6)
     assert cli.json("index", str(demo), *MODEL)["new"] == 1
+    # The home inside a library: the demo collection stays its own library, the library's scan skips it.
+    s = cli.json("index", str(tmp_path), *MODEL)
+    assert s["merged_libraries"] == [] and s["new"] == 1
+    assert cli.json("index", str(demo), *MODEL)["unchanged"] == 1
+    assert dict(_libraries(paths)) == {str(demo.resolve()): {"a.jpg": "ok"},
+                                       str(tmp_path.resolve()): {"photos/b.jpg": "ok"}}
 
 
 def test_a_link_into_another_library_is_not_followed_into_it(home, paths, tmp_path, cli):
