@@ -254,9 +254,9 @@ class Backend:
         self.services.catalog.remove_library(library_id)
         self.services.store.drop(library_id)
 
-    @staticmethod
-    def check_folder(path: str) -> str | None:
-        """A message when `path` cannot be added as a library folder, else None."""
+    def check_folder(self, path: str) -> str | None:
+        """A message when `path` cannot be added as a library folder, else None: the engine's own
+        refusal too (a folder inside a library, or one of Longlens's own), before any job starts."""
         p = Path(path).expanduser()
         if not str(path).strip():
             return "no folder given"
@@ -270,7 +270,7 @@ class Backend:
             return f"{p} cannot be read (permission denied)"
         except OSError as exc:
             return f"{p} cannot be read ({exc.strerror or exc})"
-        return None
+        return self.services.library_root_problem(p)
 
     def index_job(self, root: str) -> Callable[[CancelToken], Iterator[Progress]]:
         def job(token: CancelToken) -> Iterator[Progress]:

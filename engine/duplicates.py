@@ -2,9 +2,15 @@
 that separation): exact copies, near-duplicates and visually similar pictures. Longlens never
 deletes, moves or writes a picture: it lists the groups, and the list can be exported.
 
-* exact: the same bytes. The catalog's content hash is the SHA-256 of the file's bytes; a file
-  whose size or modification time differs from what the catalog recorded has changed since it
-  was indexed and is left out (listed under `changed`) instead of being trusted on a stale hash.
+* exact: the same bytes, a fact checked on the bytes. The catalog's content hash (the SHA-256 of
+  the file's bytes when it was indexed) only finds the candidates: every file of a candidate group
+  is hashed again before the group is shown, and a file whose bytes are no longer those (replaced
+  by other bytes of the same size with its modification time put back) is left out, listed under
+  `changed`, as is a file whose size or modification time differs from what the catalog recorded.
+  One file is never its own copy: names that lead to the same file on disk (the same device and
+  inode: libraries that overlap from before Longlens refused them, a symbolic link, a hard link)
+  are one file, listed once (the other names under `same_file`), since deleting "the copy" would
+  delete the only one. The pHash cache is filled only from a file whose bytes were checked.
 * near: the same picture saved again (re-encoded, resized, a lighter edit): the 64-bit pHash
   (imagehash 4.3.2, over the decoded *upright* image, so an EXIF-rotated copy matches) of two
   distinct contents differs in at most `near_distance` bits. Hashes are computed once per
@@ -37,7 +43,7 @@ import numpy as np
 from engine.catalog import Catalog
 from engine.catalog.dates import picture_date
 from engine.errors import DecodeError, LonglensError
-from engine.fileutil import atomic_write_bytes
+from engine.fileutil import atomic_write_bytes, sha256_file
 from engine.index.store import IndexStore
 from engine.jobs import CancelToken, Progress, RateMeter
 from engine.options import PHASH_DISTANCE, SIMILARITY_THRESHOLD
@@ -98,6 +104,8 @@ class DuplicateReport:
     similar: float | None = None
     model: str | None = None
     changed: list[str] = field(default_factory=list)  # changed or gone since indexing: left out
+    # Another name of a file already looked at (same device and inode): {"path": it, "same_as": that one}
+    same_file: list[dict[str, str]] = field(default_factory=list)
     unreadable: list[dict[str, str]] = field(default_factory=list)  # no pHash: path and reason
     notes: list[str] = field(default_factory=list)
     cancelled: bool = False
@@ -109,7 +117,8 @@ class DuplicateReport:
         return {"libraries": self.libraries, "looked_at": self.looked_at, "near_distance": self.near_distance,
                 "similar": self.similar, "model": self.model, "cancelled": self.cancelled,
                 "counts": {k: self.count(k) for k in KINDS}, "groups": [g.as_dict() for g in self.groups],
-                "changed": self.changed, "unreadable": self.unreadable, "notes": self.notes}
+                "changed": self.changed, "same_file": self.same_file, "unreadable": self.unreadable,
+                "notes": self.notes}
 
 
 # --------------------------------------------------------------------------- the pHash cache
@@ -234,12 +243,23 @@ def near_pairs(hashes: np.ndarray, max_distance: int,
                 yield start + i, start + j, int(dist[i, j])
 
 
-def _file_is_as_indexed(path: Path, size: int, mtime_ns: int) -> bool:
+def _file_as_indexed(path: Path, size: int, mtime_ns: int) -> tuple[int, int] | None:
+    """The file's (device, inode) when its size and modification time are as indexed, else None."""
     try:
         st = os.stat(path)
     except OSError:
-        return False
-    return st.st_size == size and st.st_mtime_ns == mtime_ns
+        return None
+    if st.st_size != size or st.st_mtime_ns != mtime_ns:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _bytes_hash(path: str, cancel: CancelToken) -> str | None:
+    """The SHA-256 of the file's bytes now (None: it cannot be read any more)."""
+    try:
+        return sha256_file(path, cancel=cancel)
+    except OSError:
+        return None
 
 
 def find_duplicates(
@@ -278,6 +298,7 @@ def find_duplicates(
     yield Progress("check", 0, None, "checking the files against the catalog")
     files: dict[int, DuplicateFile] = {}
     by_content: dict[str, list[int]] = {}
+    seen_files: dict[tuple[int, int], str] = {}  # (device, inode) -> the path it was first met by
     for lib in libs:
         if not Path(lib.root).is_dir():
             report.notes.append(f"{lib.root} is offline or missing: its pictures were not looked at")
@@ -286,18 +307,27 @@ def find_duplicates(
         xmp_dates = catalog.xmp_dates(rec.id for rec in records if not rec.exif_date)
         for rec in records:
             path = Path(lib.root) / rec.rel_path
-            if not _file_is_as_indexed(path, rec.size, rec.mtime_ns):
+            key = _file_as_indexed(path, rec.size, rec.mtime_ns)
+            if key is None:
                 report.changed.append(str(path))
                 continue
+            if key in seen_files:
+                report.same_file.append({"path": str(path), "same_as": seen_files[key]})
+                continue
+            seen_files[key] = str(path)
             when = picture_date(rec.exif_date, rec.mtime_ns, xmp_dates.get(rec.id))
             files[rec.id] = DuplicateFile(str(path), lib.id, rec.id, rec.size, when.date, when.source, rec.width,
                                           rec.height, rec.content_hash)
             by_content.setdefault(rec.content_hash, []).append(rec.id)
         cancel.raise_if_cancelled()
-    report.looked_at = len(files)
-    if report.changed:
-        report.notes.append(f"{len(report.changed)} picture(s) changed or gone since they were indexed were left "
-                            "out; index the library again to include them")
+    if report.same_file:
+        report.notes.append(f"{len(report.same_file)} name(s) lead to a file already looked at (the same file on "
+                            "disk: overlapping libraries, a symbolic or hard link): each file is listed once, "
+                            "never as a copy of itself")
+    yield Progress("check", len(files), len(files), "checking exact copies on their bytes")
+
+    # 1b. exact copies are a fact of the bytes: the candidates' files are hashed again now
+    yield from _verify_exact(by_content, files, report, cancel)
     contents = sorted(by_content)
     comps = _Components(contents)
     exact = [c for c in contents if len(by_content[c]) > 1]
@@ -326,8 +356,31 @@ def find_duplicates(
 
     report.groups = _groups(comps, near_roots, by_content, files, exact, near_links, similar_links, near_distance,
                             similar)
+    report.looked_at = len(files)
+    if report.changed:
+        report.notes.append(f"{len(report.changed)} picture(s) changed or gone since they were indexed were left "
+                            "out; index the library again to include them")
     yield Progress("done", len(files), len(files), f"{len(report.groups)} group(s)", extra={"report": report})
     return report
+
+
+def _verify_exact(by_content: dict[str, list[int]], files: dict[int, DuplicateFile], report: DuplicateReport,
+                  cancel: CancelToken) -> Generator[Progress, None, None]:
+    """Hash again every file of each candidate group of exact copies (same catalog hash); a file
+    whose bytes are not those any more is left out, under `changed`."""
+    todo = [(c, i) for c, ids in by_content.items() if len(ids) > 1 for i in ids]
+    meter = RateMeter(len(todo))
+    for n, (content, image_id) in enumerate(todo, start=1):
+        cancel.raise_if_cancelled()
+        path = files[image_id].path
+        if _bytes_hash(path, cancel) != content:
+            report.changed.append(path)
+            del files[image_id]
+            by_content[content].remove(image_id)
+        if n % 50 == 0 or n == len(todo):
+            yield meter.progress("verify", n, f"{n}/{len(todo)} files of exact copies hashed again")
+    for content in [c for c, ids in by_content.items() if not ids]:
+        del by_content[content]
 
 
 def _select_libraries(catalog: Catalog, roots: Sequence[str] | None) -> list:
@@ -356,11 +409,18 @@ def _phashes(contents: list[str], by_content: dict[str, list[int]], files: dict[
         cancel.raise_if_cancelled()
         last_error = None
         for image_id in by_content[content]:  # any copy will do; the next one if it cannot be read
+            path = files[image_id].path
+            if len(by_content[content]) == 1 and _bytes_hash(path, cancel) != content:
+                # Its bytes are no longer those indexed (a group's files were checked already): a
+                # pHash of them must not be cached under the old content's hash, nor the file grouped.
+                report.changed.append(path)
+                del files[image_id]
+                continue
             try:
-                fresh[content] = phash_of(files[image_id].path)
+                fresh[content] = phash_of(path)
                 break
             except DecodeError as exc:
-                last_error = (files[image_id].path, str(exc))
+                last_error = (path, str(exc))
         if content not in fresh and last_error is not None:
             report.unreadable.append({"path": last_error[0], "reason": last_error[1]})
         if n % 50 == 0 or n == len(todo):
@@ -415,7 +475,7 @@ def _groups(comps: _Components, near_roots: dict[str, str], by_content: dict[str
             similar_links: dict[str, list[float]], near_distance: int | None,
             similar: float | None) -> list[DuplicateGroup]:
     def members(contents: Iterable[str]) -> list[DuplicateFile]:
-        return sorted((files[i] for c in contents for i in by_content[c]), key=lambda f: f.path)
+        return sorted((files[i] for c in contents for i in by_content[c] if i in files), key=lambda f: f.path)
 
     groups = [DuplicateGroup(KIND_EXACT, members([c]), f"same SHA-256 {c[:12]}…") for c in exact]
     near: dict[str, list[str]] = {}

@@ -91,9 +91,24 @@ class Services:
             self._embedders[key] = load_embedder(name, self.paths, device=device, text_tower_dir=text_tower)
         return self._embedders[key]
 
+    def own_folders(self) -> tuple[Path, ...]:
+        """Longlens's own folders: never a library, and never scanned when a library contains them. The
+        data folder is not one: it holds the sample collections (demo-photos, ...), libraries of their own."""
+        return (self.paths.cache, self.paths.config, self.paths.models, self.paths.indexes,
+                self.paths.data / "xmp-backups")  # engine.xmp_export.BACKUP_FOLDER
+
+    def library_root_problem(self, root: Path | str) -> str | None:
+        """Why indexing `root` would be refused (engine.indexing.pipeline.library_root_problem), or None."""
+        from engine.indexing.pipeline import library_root_problem
+
+        return library_root_problem(self.catalog, root, self.own_folders(), self.paths.data)
+
     def indexer(self, embedder: Embedder, **kwargs):
         from engine.indexing.pipeline import Indexer
 
+        kwargs.setdefault("own_folders", self.own_folders())
+        # Never scanned as part of a library that contains it (catalog, backups, sample collections).
+        kwargs.setdefault("data_folder", self.paths.data)
         return Indexer(self.catalog, self.store, embedder, **kwargs)
 
     def searcher(self, embedder: Embedder):

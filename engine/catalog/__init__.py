@@ -5,9 +5,14 @@ from engine.catalog.catalog import (
     Catalog,
     ImageFilter,
     ImageWrite,
+    LibraryAdded,
+    LibraryOverlapError,
     LibraryState,
+    MergedLibrary,
+    folder_within,
     open_catalog,
     root_reachable,
+    same_folder,
 )
 from engine.catalog.db import SCHEMA_VERSION, CatalogConflictError, CatalogDamagedError
 
@@ -19,7 +24,12 @@ __all__ = [
     "CatalogDamagedError",
     "ImageFilter",
     "ImageWrite",
+    "LibraryAdded",
+    "LibraryOverlapError",
     "LibraryState",
+    "MergedLibrary",
+    "folder_within",
     "open_catalog",
     "root_reachable",
+    "same_folder",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from engine.catalog.db import (
     sqlite_errors,
 )
 from engine.catalog.schema import embeddings, image_keywords, image_metadata, images, libraries, meta
-from engine.errors import CatalogError
+from engine.errors import CatalogError, LibraryError
 from engine.types import (
     LIBRARY_OFFLINE,
     LIBRARY_ONLINE,
@@ -131,6 +132,26 @@ def blob_to_vector(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype="<f4").astype(np.float32)
 
 
+class LibraryOverlapError(LibraryError):
+    """A folder inside an indexed library cannot be a library of its own (one picture, one library)."""
+
+
+@dataclass(frozen=True)
+class MergedLibrary:
+    """A library that lay inside a new library's folder and was merged into it."""
+
+    id: int
+    root: str
+    moved: int  # its rows, now the outer library's (vectors and metadata kept)
+    dropped: int  # its rows for files the outer library already held (overlap from before)
+
+
+@dataclass(frozen=True)
+class LibraryAdded:
+    library: Library
+    merged: tuple[MergedLibrary, ...] = ()
+
+
 # A library whose last indexing run did not complete (cancelled, killed, or still running): some
 # files may not be in the catalog yet. Its pending count is kept in meta under PENDING_KEY.
 LIBRARY_PARTIAL = "partial"
@@ -229,16 +250,81 @@ class Catalog:
 
     # -- libraries ----------------------------------------------------------
     def add_library(self, root: Path | str) -> Library:
-        """Register a folder (idempotent). The root is stored as an absolute, resolved path."""
-        root_s = str(Path(root).expanduser().resolve())
+        """Register a folder (idempotent) as add_library_merging does; the library."""
+        return self.add_library_merging(root).library
+
+    def add_library_merging(self, root: Path | str, *, apart: Sequence[Path | str] = ()) -> LibraryAdded:
+        """The library at `root` (stored absolute and resolved), registered when new: one picture,
+        one library. The same folder under another spelling (a case-insensitive disk, a bind
+        mount: the same device and inode) is the library already there. A folder inside an
+        indexed library is refused (LibraryOverlapError: index that library instead), and
+        libraries inside `root` are merged into it, in the same transaction: their rows move
+        under it (paths made relative to `root`, vectors and metadata kept, nothing re-embedded)
+        and they are removed, so no picture is ever in two libraries. Their ANN index files are
+        derived data the caller drops (IndexStore.drop). `apart`: folders a library's scan never
+        enters (Longlens's data folder): a library inside one of them does not overlap a library
+        around it (the demo's sample collections when the home lies inside a library)."""
+        root_p = Path(root).expanduser().resolve()
+        root_s = str(root_p)
         with self.write() as conn:
-            row = conn.execute(select(libraries).where(libraries.c.root == root_s)).first()
+            known = [_row_to_library(r) for r in conn.execute(select(libraries).order_by(libraries.c.id))]
+            row = next((lib for lib in known if lib.root == root_s), None)
             if row is None:
-                conn.execute(
-                    insert(libraries).values(root=root_s, status=LIBRARY_ONLINE, added_at=time.time())
-                )
-                row = conn.execute(select(libraries).where(libraries.c.root == root_s)).one()
-        return _row_to_library(row)
+                row = next((lib for lib in known if same_folder(lib.root, root_p)), None)
+            others = [lib for lib in known if row is None or lib.id != row.id]
+            outer = [lib for lib in others if _overlaps(root_p, lib.root, apart)]
+            if outer:
+                raise LibraryOverlapError(overlap_message(root_s, outer[0].root))
+            if row is None:
+                conn.execute(insert(libraries).values(root=root_s, status=LIBRARY_ONLINE, added_at=time.time()))
+                row = _row_to_library(conn.execute(select(libraries).where(libraries.c.root == root_s)).one())
+            inside = [lib for lib in others if _overlaps(lib.root, row.root, apart)]
+            offline = [lib for lib in inside if not Path(lib.root).is_dir()]
+            if offline:
+                # Merged now, its rows would be swept as deleted by this folder's scan: an unmounted
+                # drive is not a deletion.
+                raise LibraryOverlapError(offline_inside_message(root_s, offline[0].root))
+            merged = [self._merge_into(conn, inner, row) for inner in inside]
+        return LibraryAdded(row, tuple(merged))
+
+    def overlap_problem(self, root: Path | str, *, apart: Sequence[Path | str] = ()) -> str | None:
+        """Why `root` cannot be indexed (it lies inside another library, or an offline library lies
+        inside it), or None, as add_library_merging would say; reads only."""
+        root_p = Path(root).expanduser().resolve()
+        known = self.libraries()
+        same = next((lib for lib in known if lib.root == str(root_p) or same_folder(lib.root, root_p)), None)
+        others = [lib for lib in known if lib is not same]
+        outer = [lib for lib in others if _overlaps(root_p, lib.root, apart)]
+        if outer:
+            return overlap_message(str(root_p), outer[0].root)
+        offline = [lib for lib in others if _overlaps(lib.root, root_p, apart) and not Path(lib.root).is_dir()]
+        return offline_inside_message(str(root_p), offline[0].root) if offline else None
+
+    def _merge_into(self, conn: Connection, inner: Library, outer: Library) -> MergedLibrary:
+        """Move every row of `inner` (a library inside `outer`) into `outer` and remove `inner`."""
+        prefix = _relative_root(inner.root, outer.root)
+        moved = dropped = 0
+        taken = {r.rel_path: r for r in conn.execute(
+            select(images.c.id, images.c.rel_path, images.c.status).where(images.c.library_id == outer.id))}
+        for r in conn.execute(select(images.c.id, images.c.rel_path, images.c.status)
+                              .where(images.c.library_id == inner.id)).all():
+            rel = dbpaths.to_db(f"{prefix}/{dbpaths.from_db(r.rel_path)}" if prefix else dbpaths.from_db(r.rel_path))
+            there = taken.get(rel)
+            if there is not None:
+                # Both libraries held this file (libraries that overlap from before this check):
+                # one row stays, the live one, the outer library's when both are; it takes the
+                # other's vectors and metadata where it has none, so nothing is embedded again.
+                keep, drop = (there.id, r.id) if there.status == STATUS_OK or r.status != STATUS_OK else (r.id, there.id)
+                _take_over_vectors(conn, keep, drop)
+                conn.execute(delete(images).where(images.c.id == drop))
+                if keep == there.id:
+                    dropped += 1
+                    continue
+            conn.execute(update(images).where(images.c.id == r.id).values(library_id=outer.id, rel_path=rel))
+            moved += 1
+        conn.execute(delete(libraries).where(libraries.c.id == inner.id))
+        conn.execute(delete(meta).where(meta.c.key == PENDING_KEY.format(id=inner.id)))
+        return MergedLibrary(inner.id, inner.root, moved, dropped)
 
     def libraries(self) -> list[Library]:
         with self.read() as conn:
@@ -802,6 +888,87 @@ def _folder_relative_to(folder: str, root: str) -> str | None:
         return None
     s = rel.as_posix()
     return "" if s == "." else s
+
+
+def _take_over_vectors(conn: Connection, keep: int, drop: int) -> None:
+    """Row `keep` takes row `drop`'s vectors of the models it has none of, and its metadata if it has none."""
+    have = select(embeddings.c.model_id).where(embeddings.c.image_id == keep)
+    conn.execute(update(embeddings).where(embeddings.c.image_id == drop, embeddings.c.model_id.not_in(have))
+                 .values(image_id=keep))
+    if conn.execute(select(image_metadata.c.image_id).where(image_metadata.c.image_id == keep)).first() is None:
+        conn.execute(update(image_metadata).where(image_metadata.c.image_id == drop).values(image_id=keep))
+        conn.execute(update(image_keywords).where(image_keywords.c.image_id == drop).values(image_id=keep))
+
+
+def _folder_key(path: Path | str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # an offline root: only its name can be compared
+    return st.st_dev, st.st_ino
+
+
+def same_folder(a: Path | str, b: Path | str) -> bool:
+    """The same folder: the same resolved path, or (both reachable) the same device and inode, which
+    also holds for two spellings of one folder on a case-insensitive disk and for bind mounts."""
+    if os.path.normcase(str(a)) == os.path.normcase(str(b)):
+        return True
+    ka = _folder_key(a)
+    return ka is not None and ka == _folder_key(b)
+
+
+def folder_within(inner: Path | str, outer: Path | str) -> bool:
+    """`inner` is `outer` or lies under it. Both are resolved absolute paths (symbolic links
+    already followed); compared by name (os.path.normcase) and, where the folders can be reached,
+    by device and inode along `inner`'s ancestors, so that another spelling of `outer` on a
+    case-insensitive disk counts too."""
+    inner_p, outer_p = Path(inner), Path(outer)
+    if Path(os.path.normcase(str(inner_p))).is_relative_to(Path(os.path.normcase(str(outer_p)))):
+        return True
+    outer_key = _folder_key(outer_p)
+    if outer_key is None:
+        return False
+    return any(_folder_key(p) == outer_key for p in (inner_p, *inner_p.parents))
+
+
+def _overlaps(inner: Path | str, outer: Path | str, apart: Sequence[Path | str]) -> bool:
+    """`inner` lies in `outer` and `outer`'s scan reaches it (no `apart` folder between them)."""
+    if not folder_within(inner, outer):
+        return False
+    return not any(folder_within(inner, a) and folder_within(a, outer) and not same_folder(a, outer)
+                   for a in apart)
+
+
+def overlap_message(root: str, library_root: str) -> str:
+    """Why a folder inside an indexed library is not made a library of its own, and the way out."""
+    return (f"{root} is inside the library {library_root}, which is indexed already: index {library_root} "
+            "instead (it includes this folder), or remove that library first; a picture is never in two "
+            "libraries")
+
+
+def offline_inside_message(root: str, library_root: str) -> str:
+    """Why a folder holding an offline library is not indexed now, and the way out."""
+    return (f"the library {library_root} lies inside {root} and is offline (missing or unmounted): connect it "
+            f"and index {root} again (that library is then merged into it, nothing re-embedded), or remove that "
+            "library first")
+
+
+def _relative_root(inner: str, outer: str) -> str:
+    """`inner`'s path under `outer` ('/'-separated, '' for the same folder): by name when it can,
+    else by walking `inner`'s ancestors to the one that is `outer` on disk."""
+    inner_p, outer_p = Path(inner), Path(outer)
+    try:
+        rel = inner_p.relative_to(outer_p).as_posix()
+        return "" if rel == "." else rel
+    except ValueError:
+        pass
+    outer_key = _folder_key(outer_p)
+    parts: list[str] = []
+    for p in (inner_p, *inner_p.parents):
+        if _folder_key(p) == outer_key or os.path.normcase(str(p)) == os.path.normcase(str(outer_p)):
+            return "/".join(reversed(parts))
+        parts.append(p.name)
+    raise CatalogError(f"{inner} is not inside {outer}")
 
 
 def open_catalog(path: Path) -> Catalog:

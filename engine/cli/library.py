@@ -36,8 +36,14 @@ def summary_text(s: dict) -> str:
         f"unchanged {s['unchanged']}  deleted {s['deleted']}  embedded {s['embedded']}  "
         f"reused {s['reused']}  in {s['elapsed_s']:.1f}s"
     )
+    for m in s.get("merged_libraries") or ():
+        n = m["pictures"]
+        held = f", {m['already_held']} it held as well" if m.get("already_held") else ""
+        lines.append(f"  merged: the library {m['root']} lies inside this folder; its {n} "
+                     f"picture{' is' if n == 1 else 's are'} this library's now (nothing re-embedded{held})")
     if s.get("xmp_reread"):
-        lines.append(f"  metadata: {s['xmp_reread']} pictures' XMP read again (sidecar added, edited or removed); "
+        lines.append(f"  metadata: {s['xmp_reread']} pictures' XMP read again (sidecar added, edited or removed, "
+                     "or a RAW+JPEG pair taken otherwise); "
                      "not re-embedded")
     if s["cancelled"]:
         pending = s.get("pending")
@@ -45,6 +51,8 @@ def summary_text(s: dict) -> str:
         lines.append(f"  CANCELLED: {left}committed batches are kept; run again to resume")
     if s.get("pair_files_left_out"):
         lines.append(pair_line(s))
+    if s.get("pair_stand_ins"):
+        lines.append(stand_in_line(s))
     lines += common.file_problem_lines(s)
     if s.get("xmp_problems"):
         lines.append(f"  metadata problems ({len(s['xmp_problems'])}; the rest of each picture's metadata was read):")
@@ -62,6 +70,15 @@ def pair_line(s: dict) -> str:
         kept, left = "JPEG/HEIF", "RAW"
     return (f"  RAW+JPEG pairs: {n} {left} file{'s' if n != 1 else ''} left out, the {kept} of each pair is "
             f"indexed (--raw-jpeg-pairs both indexes both)")
+
+
+def stand_in_line(s: dict) -> str:
+    """Files of RAW+JPEG pairs indexed in place of the pair's file that cannot be read."""
+    items = s["pair_stand_ins"]
+    n = len(items)
+    listed = "; ".join(f"{i['path']} for {i['for']}" for i in items[:10]) + ("; ..." if n > 10 else "")
+    return (f"  RAW+JPEG pairs: {n} file{'s' if n != 1 else ''} indexed in place of {'its' if n == 1 else 'their'} "
+            f"pair's unreadable file, until it can be read again: {listed}")
 
 
 def cmd_index(args: argparse.Namespace) -> int:

@@ -20,13 +20,28 @@ from typing import Any
 
 import numpy as np
 
-from engine.catalog import LIBRARY_PARTIAL, Catalog, ImageWrite, root_reachable
+from engine.catalog import (
+    LIBRARY_PARTIAL,
+    Catalog,
+    ImageWrite,
+    LibraryOverlapError,
+    folder_within,
+    root_reachable,
+)
 from engine.errors import DecodeError, JobCancelled
 from engine.fileutil import sha256_file
 from engine.index.store import IndexStore
 from engine.index.vector_index import VectorIndex
 from engine.indexing.decode import RAW_EXTENSIONS, SUPPORTED_EXTENSIONS, decode_image, open_error
-from engine.indexing.scanner import FileEntry, Skipped, scan_folder, split_raw_pairs, with_pair_sidecars
+from engine.indexing.scanner import (
+    ExcludedFolder,
+    FileEntry,
+    Skipped,
+    pair_key,
+    scan_folder,
+    split_raw_pairs,
+    with_pair_sidecars,
+)
 from engine.jobs import CancelToken, Progress, RateMeter
 from engine.metadata import read_photo_metadata, sidecar_state
 from engine.models.base import Embedder
@@ -82,6 +97,13 @@ class IndexSummary:
     # the pairs left out of this library (a RAW whose JPEG is indexed, or the other way round).
     raw_jpeg_pairs: str = "jpeg"
     pair_files_left_out: int = 0
+    # Files of pairs indexed in place of their pair's indexed file, which cannot be read (an unreadable
+    # JPEG lets its RAW stand in, until the JPEG can be read again): {"path": it, "for": that file}
+    pair_stand_ins: list[dict[str, str]] = field(default_factory=list)
+    # Libraries that lay inside this one and were merged into it (one picture, one library): their
+    # rows and vectors are this library's now, nothing re-embedded. {"root": ..., "pictures": moved in,
+    # "already_held": pictures this library held as well (libraries that overlapped from before)}
+    merged_libraries: list[dict[str, object]] = field(default_factory=list)
     xmp_read: int = 0  # pictures whose XMP (embedded and sidecars) was read in this run
     # ... of them, pictures whose metadata alone was read again, their pixels untouched: a sidecar was
     # added, edited or removed (or the catalog had no metadata for them yet)
@@ -128,18 +150,28 @@ class _Prepared:
 
 
 def scan_entries(root: Path, summary: Any, cancel: CancelToken, report_every: int = 500,
-                 raw_jpeg_pairs: str = "jpeg") -> Generator[Progress, None, list[FileEntry]]:
+                 raw_jpeg_pairs: str = "jpeg",
+                 excluded: Sequence[ExcludedFolder] = ()) -> Generator[Progress, None, list[FileEntry]]:
     """Scan `root` for supported images (`entries = yield from scan_entries(...)`): yields scan
     progress, records skipped paths and the count in `summary`, returns the entries to index
     (those so far when cancelled). Of a RAW+JPEG pair only the file `raw_jpeg_pairs` names is
     returned ("both": both; engine.options.RAW_JPEG_PAIRS); the count left out goes into the
-    summary. `summary`: any summary with `skipped` (list), `scanned`, `raw_jpeg_pairs` and
+    summary. `excluded` folders (Longlens's own, other libraries) are skipped with their reason.
+    `summary`: any summary with `skipped` (list), `scanned`, `raw_jpeg_pairs` and
     `pair_files_left_out`."""
+    entries, _left_out = yield from scan_pairs(root, summary, cancel, report_every, raw_jpeg_pairs, excluded)
+    return entries
+
+
+def scan_pairs(root: Path, summary: Any, cancel: CancelToken, report_every: int = 500,
+               raw_jpeg_pairs: str = "jpeg", excluded: Sequence[ExcludedFolder] = (),
+               ) -> Generator[Progress, None, tuple[list[FileEntry], list[FileEntry]]]:
+    """scan_entries, returning the files of pairs left out too: (entries, left out)."""
     from engine.options import RAW_JPEG_PAIRS
 
     summary.raw_jpeg_pairs = RAW_JPEG_PAIRS.check(raw_jpeg_pairs)
     entries: list[FileEntry] = []
-    for item in scan_folder(root, SUPPORTED_EXTENSIONS, cancel=None):
+    for item in scan_folder(root, SUPPORTED_EXTENSIONS, cancel=None, excluded=excluded):
         if cancel.cancelled:
             break
         if isinstance(item, Skipped):
@@ -154,7 +186,28 @@ def scan_entries(root: Path, summary: Any, cancel: CancelToken, report_every: in
     summary.scanned = len(entries)
     if not cancel.cancelled:
         yield Progress("scan", len(entries), len(entries), f"found {len(entries)} images")
-    return entries
+    return entries, left_out
+
+
+def own_folder_problem(root: Path | str, own_folders: Sequence[Path | str]) -> str | None:
+    """Why `root` cannot be a library because it lies in one of Longlens's own folders, or None."""
+    root = Path(root).expanduser().resolve()
+    for own in own_folders:
+        if folder_within(root, Path(own).expanduser().resolve()):
+            return (f"{root} is inside {own}, Longlens's own data folder (its catalog, backups, thumbnails and "
+                    "models): it is never indexed; choose the folder of your photos")
+    return None
+
+
+def library_root_problem(catalog: Catalog, root: Path | str, own_folders: Sequence[Path | str],
+                         data_folder: Path | str | None = None) -> str | None:
+    """Why indexing `root` would be refused (Longlens's own folder, or inside another library), or
+    None: what Indexer.run checks first, for a front end to say before it starts the job."""
+    return own_folder_problem(root, own_folders) or catalog.overlap_problem(
+        root, apart=[Path(data_folder).expanduser().resolve()] if data_folder else [])
+
+
+OWN_FOLDER_REASON = "Longlens's own data folder (catalog, backups, thumbnails, models): never indexed"
 
 
 class Indexer:
@@ -169,6 +222,8 @@ class Indexer:
         batch_size: int = 32,
         decode_workers: int = 2,
         raw_jpeg_pairs: str = "jpeg",
+        own_folders: Sequence[Path | str] = (),
+        data_folder: Path | str | None = None,
     ) -> None:
         self.catalog = catalog
         self.store = store
@@ -181,6 +236,12 @@ class Indexer:
         # Which file of a RAW+JPEG pair is indexed; the other is left out of the library (and a row
         # indexed before under another choice is swept like a deleted file).
         self.raw_jpeg_pairs = RAW_JPEG_PAIRS.check(raw_jpeg_pairs)
+        # Longlens's own folders (engine.config.Paths: cache, config, models, the index files, the
+        # sidecar backups): never a library, never scanned when a library contains them (its backups
+        # and thumbnails are not photos). The data folder is never scanned as part of a library that
+        # contains it either; a folder in it may be a library (the demo's sample collections).
+        self.own_folders = tuple(Path(p).expanduser().resolve() for p in own_folders)
+        self.data_folder = Path(data_folder).expanduser().resolve() if data_folder is not None else None
         self._model_thread: ThreadPoolExecutor | None = None  # created on first use
 
     # -- the job ------------------------------------------------------------
@@ -212,22 +273,33 @@ class Indexer:
             yield Progress("done", message=f"{root} is offline or missing; nothing changed",
                            extra={"summary": summary})
             return
-        if lib is None:
-            lib = self.catalog.add_library(root)
+        lib = self._library_for(root, summary)
         summary.library_id = lib.id
         # "partly indexed" until this run completes (_sweep), whether it is cancelled or killed.
         self.catalog.set_library_status(lib.id, LIBRARY_PARTIAL)
 
-        # 1. scan
-        entries = yield from scan_entries(root, summary, cancel, raw_jpeg_pairs=self.raw_jpeg_pairs)
+        # 1. scan (Longlens's own folders and other libraries are not part of this one)
+        excluded = [ExcludedFolder(p, OWN_FOLDER_REASON)
+                    for p in (*self.own_folders, *([self.data_folder] if self.data_folder else []))]
+        excluded += [ExcludedFolder(Path(other.root), f"the library {other.root}, indexed on its own")
+                     for other in self.catalog.libraries() if other.id != lib.id]
+        entries, left_out = yield from scan_pairs(root, summary, cancel, raw_jpeg_pairs=self.raw_jpeg_pairs,
+                                                  excluded=excluded)
         if cancel.cancelled:
             summary.cancelled = True
             summary.elapsed_s = time.monotonic() - t0
             yield Progress("done", message="cancelled during scan", extra={"summary": summary})
             return
 
-        # 2. classify against the catalog
-        candidates, vanished, movable = self._classify(lib.id, entries, summary)
+        # 2. classify against the catalog; a pair whose indexed file is known unreadable (unchanged
+        # since) has its other file indexed in its place
+        pairs = _Pairs(entries, left_out)
+        records = self.catalog.image_records(lib.id)
+        stand_ins = pairs.stand_ins({r.rel_path: r for r in records})
+        candidates, vanished, movable = self._classify(lib.id, entries + stand_ins, summary, records=records)
+        for r in pairs.partner_rows(vanished):
+            # A pair's other file may come back (its indexed file unreadable): never a move target.
+            movable.pop(r.content_hash or "", None)
         self.catalog.set_library_status(lib.id, LIBRARY_PARTIAL, pending=len(candidates))
         known_hashes = self.catalog.hashes_with_vectors(model_id)
 
@@ -237,9 +309,9 @@ class Indexer:
         self.store.notes.clear()
 
         # 3. hash, decode, embed, commit — batch by batch
-        meter = RateMeter(len(candidates))
-        done = 0
         size = self.embedder.image_size
+        total = len(candidates)
+        done = 0
         with ThreadPoolExecutor(max_workers=self.decode_workers, thread_name_prefix="longlens-decode") as pool:
             def prepare(c: _Candidate) -> _Prepared:
                 p = self._prepare(c, size, movable, known_hashes, cancel)
@@ -247,58 +319,101 @@ class Indexer:
                     p.photo = read_entry_metadata(c.entry)
                 return p
 
-            # Bounded look-ahead: decoding of the next batch overlaps embedding of this one,
-            # and memory stays bounded however large the folder.
-            pending: list[Future[_Prepared]] = []
-            it = iter(candidates)
-            lookahead = self.batch_size * 2
+            meter = RateMeter(total)
+            done = yield from self._process(candidates, prepare, pool, lib.id, index, movable, claimed, summary,
+                                            cancel, meter, done, total)
 
-            def refill() -> None:
-                while len(pending) < lookahead:
-                    c = next(it, None)
-                    if c is None:
-                        return
-                    pending.append(pool.submit(prepare, c))
-
-            refill()
-            while pending:
-                if cancel.cancelled:
-                    for f in pending:
-                        f.cancel()
-                    summary.cancelled = True
-                    break
-                batch = _results_unless_cancelled(pending[: self.batch_size], cancel)
-                if batch is None:
-                    for f in pending:
-                        f.cancel()
-                    summary.cancelled = True
-                    break
-                del pending[: self.batch_size]
-                refill()
-                if not self._embed(batch, cancel):
-                    # Cancelled mid-batch: nothing of this batch is committed; a re-run redoes it.
-                    for f in pending:
-                        f.cancel()
-                    summary.cancelled = True
-                    break
-                self._commit_batch(batch, lib.id, index, movable, claimed, summary)
-                done += len(batch)
-                yield meter.progress("index", done, f"{done}/{len(candidates)} files")
+            # 3a. pairs whose indexed file turned out unreadable in this run: the other file stands in
+            if pairs.kept and not summary.cancelled:
+                rows = {r.rel_path: r for r in self.catalog.image_records(lib.id)}
+                late = pairs.stand_ins(rows, already=stand_ins)
+                if late:
+                    stand_ins += late
+                    late_paths = {e.rel_path for e in late}
+                    vanished = [r for r in vanished if r.rel_path not in late_paths]
+                    more = self._candidates(lib.id, late, rows, summary)
+                    total += len(more)
+                    meter.total = total
+                    done = yield from self._process(more, prepare, pool, lib.id, index, movable, claimed, summary,
+                                                    cancel, meter, done, total)
+            summary.pair_stand_ins = [{"path": e.rel_path, "for": ", ".join(e.pair_of)} for e in stand_ins]
+            summary.pair_files_left_out -= len(stand_ins)
+            summary.scanned += len(stand_ins)
 
             # 3b. metadata only: pictures whose sidecars differ from what their metadata was read from
             if not summary.cancelled:
-                yield from self._refresh_metadata(lib.id, entries, pool, cancel, summary)
+                yield from self._refresh_metadata(lib.id, entries + stand_ins, pool, cancel, summary)
 
         # 4. sweep: only after a complete scan and pass
         if not summary.cancelled:
             self._sweep(lib.id, index, vanished, claimed, summary)
             self._drop_stale_identities(lib.id, summary)
         else:
-            self.catalog.set_library_status(lib.id, LIBRARY_PARTIAL, pending=len(candidates) - done)
+            self.catalog.set_library_status(lib.id, LIBRARY_PARTIAL, pending=total - done)
         self.store.save(lib.id, model_id)
         summary.elapsed_s = time.monotonic() - t0
         msg = "cancelled; committed batches are kept" if summary.cancelled else "indexing complete"
-        yield Progress("done", done, len(candidates), msg, extra={"summary": summary})
+        yield Progress("done", done, total, msg, extra={"summary": summary})
+
+    def _library_for(self, root: Path, summary: IndexSummary):
+        """The library at `root`, registered when new (Catalog.add_library_merging: a folder inside a
+        library is refused, libraries inside this one are merged into it); never Longlens's own folder."""
+        problem = own_folder_problem(root, self.own_folders)
+        if problem is not None:
+            raise LibraryOverlapError(problem)
+        added = self.catalog.add_library_merging(root, apart=[self.data_folder] if self.data_folder else [])
+        if added.merged:
+            # Derived data: the merged libraries' index files go, and this library's index is rebuilt
+            # from the catalog, which now holds their vectors under this library.
+            for m in added.merged:
+                self.store.drop(m.id)
+                summary.merged_libraries.append({"root": m.root, "pictures": m.moved, "already_held": m.dropped})
+            self.store.drop(added.library.id)
+        return added.library
+
+    def _process(self, candidates: Sequence[_Candidate], prepare, pool: ThreadPoolExecutor, library_id: int,
+                 index: VectorIndex, movable: dict[str, ImageRecord], claimed: set[int], summary: IndexSummary,
+                 cancel: CancelToken, meter: RateMeter, done: int, total: int) -> Generator[Progress, None, int]:
+        """Hash, decode, embed and commit `candidates` batch by batch; returns `done` plus those committed.
+        Sets summary.cancelled when the cancel token stops it."""
+        # Bounded look-ahead: decoding of the next batch overlaps embedding of this one,
+        # and memory stays bounded however large the folder.
+        pending: list[Future[_Prepared]] = []
+        it = iter(candidates)
+        lookahead = self.batch_size * 2
+
+        def refill() -> None:
+            while len(pending) < lookahead:
+                c = next(it, None)
+                if c is None:
+                    return
+                pending.append(pool.submit(prepare, c))
+
+        refill()
+        while pending:
+            if cancel.cancelled:
+                for f in pending:
+                    f.cancel()
+                summary.cancelled = True
+                break
+            batch = _results_unless_cancelled(pending[: self.batch_size], cancel)
+            if batch is None:
+                for f in pending:
+                    f.cancel()
+                summary.cancelled = True
+                break
+            del pending[: self.batch_size]
+            refill()
+            if not self._embed(batch, cancel):
+                # Cancelled mid-batch: nothing of this batch is committed; a re-run redoes it.
+                for f in pending:
+                    f.cancel()
+                summary.cancelled = True
+                break
+            self._commit_batch(batch, library_id, index, movable, claimed, summary)
+            done += len(batch)
+            yield meter.progress("index", done, f"{done}/{total} files")
+        return done
 
     # -- merging results computed elsewhere ------------------------------------
     def merge(
@@ -320,7 +435,7 @@ class Indexer:
         root = Path(root).expanduser().resolve()
         model_id = self.embedder.identity
         summary = IndexSummary(root=str(root), model_id=self.embedder.model_id, model_identity=model_id)
-        lib = self.catalog.library_by_root(root) or self.catalog.add_library(root)
+        lib = self._library_for(root, summary)
         summary.library_id = lib.id
         by_path = {r.entry.rel_path: r for r in results}
         summary.scanned = len(by_path)
@@ -356,17 +471,29 @@ class Indexer:
 
     # -- steps --------------------------------------------------------------
     def _classify(
-        self, library_id: int, entries: Sequence[FileEntry], summary: IndexSummary
+        self, library_id: int, entries: Sequence[FileEntry], summary: IndexSummary,
+        records: Sequence[ImageRecord] | None = None,
     ) -> tuple[list[_Candidate], list[ImageRecord], dict[str, ImageRecord]]:
-        """(files needing work, rows whose file vanished, vanished embedded rows by content hash)."""
-        model_id = self.embedder.identity
-        records = self.catalog.image_records(library_id)
+        """(files needing work, rows whose file vanished, vanished embedded rows by content hash).
+        `records`: the library's rows, when the caller has just read them."""
+        records = self.catalog.image_records(library_id) if records is None else records
         by_path = {r.rel_path: r for r in records}
-        embedded = self.catalog.embedded_ids(library_id, model_id)
-        seen: set[str] = set()
+        embedded = self.catalog.embedded_ids(library_id, self.embedder.identity)
+        candidates = self._candidates(library_id, entries, by_path, summary, embedded)
+        seen = {e.rel_path for e in entries}
+        vanished = [r for r in records if r.rel_path not in seen and r.status != STATUS_DELETED]
+        # Rows whose file disappeared but whose content may reappear elsewhere (a move).
+        movable = {r.content_hash: r for r in vanished if r.content_hash and r.id in embedded}
+        return candidates, vanished, movable
+
+    def _candidates(self, library_id: int, entries: Sequence[FileEntry], by_path: dict[str, ImageRecord],
+                    summary: IndexSummary, embedded: set[int] | None = None) -> list[_Candidate]:
+        """The entries that need work (new, changed, or without a vector of this model identity);
+        the others are counted unchanged. `embedded`: the library's ids with such a vector, if just read."""
+        if embedded is None:
+            embedded = self.catalog.embedded_ids(library_id, self.embedder.identity)
         candidates: list[_Candidate] = []
         for e in entries:
-            seen.add(e.rel_path)
             rec = by_path.get(e.rel_path)
             if rec is None or rec.status == STATUS_DELETED:
                 candidates.append(_Candidate(e, rec))
@@ -377,10 +504,7 @@ class Indexer:
                 candidates.append(_Candidate(e, rec, has_vector=False))
             else:
                 summary.unchanged += 1
-        vanished = [r for r in records if r.rel_path not in seen and r.status != STATUS_DELETED]
-        # Rows whose file disappeared but whose content may reappear elsewhere (a move).
-        movable = {r.content_hash: r for r in vanished if r.content_hash and r.id in embedded}
-        return candidates, vanished, movable
+        return candidates
 
     def _sweep(
         self, library_id: int, index: VectorIndex, vanished: list[ImageRecord], claimed: set[int],
@@ -464,12 +588,13 @@ class Indexer:
     def _refresh_metadata(self, library_id: int, entries: Sequence[FileEntry], pool: ThreadPoolExecutor,
                           cancel: CancelToken, summary: IndexSummary) -> Iterator[Progress]:
         """Read again the XMP of every live picture whose sidecars (names, sizes, mtimes) are not
-        those its stored metadata was read from: a sidecar added, edited or removed, a picture
+        those its stored metadata was read from: a sidecar added, edited or removed, a RAW+JPEG pair
+        taken otherwise (engine.metadata.sidecar_state holds the pair a picture stands for), a picture
         from before catalog schema 5. Only the metadata is read and written: no hash, no decode,
         no model. Runs after the batches, so the pictures just indexed already match."""
         stored = self.catalog.metadata_states(library_id)
         stale = [(stored[e.rel_path][0], e) for e in entries
-                 if e.rel_path in stored and stored[e.rel_path][1] != sidecar_state(e.sidecars)]
+                 if e.rel_path in stored and stored[e.rel_path][1] != sidecar_state(e.sidecars, e.pair_of)]
         for start in range(0, len(stale), self.batch_size):
             if cancel.cancelled:
                 summary.cancelled = True
@@ -589,6 +714,43 @@ class Indexer:
             self.catalog.write_metadata(metadata_rows)
         if removed_from_index:
             index.delete(np.asarray(removed_from_index, dtype=np.int64))
+
+
+class _Pairs:
+    """The RAW+JPEG pairs of one scan, indexed once: the file indexed of each pair, and the files
+    left out (split_raw_pairs). A pair follows the state of the file indexed for it: when every
+    such file of a pair is unreadable (the catalog says so, and it has not changed since), the
+    files left out stand in for it, with the pair's sidecars, so the shot stays findable; once
+    the file can be read again, they are left out again (swept like a deleted file)."""
+
+    def __init__(self, kept: Sequence[FileEntry], left_out: Sequence[FileEntry]) -> None:
+        self.left_out: dict[str, list[FileEntry]] = {}
+        for e in left_out:
+            self.left_out.setdefault(pair_key(e.rel_path), []).append(e)
+        self.kept: dict[str, list[FileEntry]] = {}
+        for e in kept:
+            if pair_key(e.rel_path) in self.left_out:
+                self.kept.setdefault(pair_key(e.rel_path), []).append(e)
+
+    def stand_ins(self, rows: dict[str, ImageRecord], already: Sequence[FileEntry] = ()) -> list[FileEntry]:
+        """The left-out files that stand in now (`rows`: the library's rows by path), less `already`."""
+        have = {e.rel_path for e in already}
+        out: list[FileEntry] = []
+        for key, kept in self.kept.items():
+            if all(_known_unreadable(rows.get(k.rel_path), k) for k in kept):
+                # The stand-in reads the pair's sidecars too, as the file it stands for did.
+                out += [e for e in with_pair_sidecars(self.left_out[key], kept) if e.rel_path not in have]
+        return out
+
+    def partner_rows(self, rows: Sequence[ImageRecord]) -> list[ImageRecord]:
+        """Those of `rows` that belong to a file left out of a pair."""
+        paths = {e.rel_path for files in self.left_out.values() for e in files}
+        return [r for r in rows if r.rel_path in paths]
+
+
+def _known_unreadable(row: ImageRecord | None, entry: FileEntry) -> bool:
+    return (row is not None and row.status == STATUS_UNREADABLE and row.size == entry.size
+            and row.mtime_ns == entry.mtime_ns)
 
 
 def read_entry_metadata(entry: FileEntry) -> PhotoMetadata:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,16 +61,53 @@ def _skip_dir(name: str) -> bool:
     return name.startswith(".") or name.lower() in SYSTEM_FOLDERS
 
 
+@dataclass(frozen=True)
+class ExcludedFolder:
+    """A folder under a library root that is never scanned as part of it, and why: Longlens's own
+    data (catalog, backups, thumbnails, models) or another library (one picture, one library)."""
+
+    path: Path
+    reason: str
+
+
+class _Exclusions:
+    """The excluded folders by device and inode (every spelling of the folder, every way down to
+    it) and by resolved name (what a symbolic link into one of them resolves to)."""
+
+    def __init__(self, excluded: Sequence[ExcludedFolder]) -> None:
+        self.by_key: dict[tuple[int, int], str] = {}
+        self.by_path: list[tuple[str, str]] = []
+        for ex in excluded:
+            try:
+                st = os.stat(ex.path)
+                self.by_key[(st.st_dev, st.st_ino)] = ex.reason
+            except OSError:
+                pass  # not there: nothing of it can be found either, except by name below
+            real = os.path.normcase(os.path.realpath(ex.path))
+            self.by_path.append((real.rstrip(os.sep) + os.sep, ex.reason))
+
+    def of_folder(self, st: os.stat_result) -> str | None:
+        return self.by_key.get((st.st_dev, st.st_ino))
+
+    def of_link(self, path: str) -> str | None:
+        """Why a symbolic link's target lies in an excluded folder, if it does."""
+        real = os.path.normcase(os.path.realpath(path)) + os.sep
+        return next((reason for prefix, reason in self.by_path if real.startswith(prefix)), None)
+
+
 def scan_folder(
-    root: Path, extensions: frozenset[str], cancel: CancelToken | None = None
+    root: Path, extensions: frozenset[str], cancel: CancelToken | None = None,
+    excluded: Sequence[ExcludedFolder] = (),
 ) -> Iterator[FileEntry | Skipped]:
-    """Yield every image file under root (by extension) and every entry that had to be skipped."""
+    """Yield every image file under root (by extension) and every entry that had to be skipped.
+    An `excluded` folder met on the way (or a symbolic link into one) is a Skipped with its reason."""
     root = Path(root)
     try:
         root_st = root.stat()
     except OSError as exc:
         yield Skipped("", f"root unreadable: {exc.strerror or exc}")
         return
+    exclusions = _Exclusions(excluded)
     visited = {(root_st.st_dev, root_st.st_ino)}
     stack: list[tuple[Path, str]] = [(root, "")]
     while stack:
@@ -109,6 +146,10 @@ def scan_folder(
             if stat.S_ISDIR(st.st_mode):
                 if _skip_dir(entry.name):
                     continue
+                why = exclusions.of_folder(st) or (exclusions.of_link(entry.path) if is_link else None)
+                if why is not None:
+                    found.append(Skipped(rel, why))
+                    continue
                 key = (st.st_dev, st.st_ino)
                 if key in visited:
                     if is_link:
@@ -124,6 +165,10 @@ def scan_folder(
                         SidecarFile(entry.name, Path(entry.path), st.st_size, st.st_mtime_ns, followed_link=is_link))
                     continue
                 if os.path.splitext(entry.name)[1].lower() not in extensions:
+                    continue
+                why = exclusions.of_link(entry.path) if is_link else None
+                if why is not None:
+                    found.append(Skipped(rel, why))
                     continue
                 if not os.access(entry.path, os.R_OK):
                     found.append(Skipped(rel, "permission denied"))
@@ -141,6 +186,11 @@ def scan_folder(
 
 # The pictures a camera writes beside a RAW of the same name (RAW+JPEG, RAW+HEIF modes).
 RAW_TWIN_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".jfif", ".heic", ".heif", ".hif"})
+
+
+def pair_key(rel_path: str) -> str:
+    """What the files of one RAW+JPEG pair share: the folder and name without the extension, in any case."""
+    return os.path.splitext(rel_path)[0].casefold()
 
 
 def split_raw_pairs(

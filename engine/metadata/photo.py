@@ -96,11 +96,19 @@ def match_sidecars(image_name: str, sidecars: Mapping[str, Sequence[SidecarFile]
     return tuple(out)
 
 
-def sidecar_state(sidecars: Iterable[SidecarFile]) -> str:
+def sidecar_state(sidecars: Iterable[SidecarFile], pair_of: Sequence[str] = ()) -> str:
     """What the metadata of a picture was read from, as stored in the catalog: a re-scan that
-    finds another state (a sidecar added, edited, removed) reads the metadata again."""
+    finds another state (a sidecar added, edited, removed) reads the metadata again. `pair_of`
+    (the files of a RAW+JPEG pair this picture stands for) is part of it: which sidecars belong
+    to a picture depends on the pairing (a stem sidecar marked for the RAW belongs to the JPEG only
+    while the JPEG stands for the pair), so a change of the pairing setting, or a RAW that starts or
+    stops standing in for an unreadable JPEG, reads the metadata again. A picture outside any pair
+    keeps the state it always had (no re-read of every picture after an upgrade)."""
     files = sorted([s.name, int(s.size), int(s.mtime_ns)] for s in sidecars)
-    return json.dumps([READER_VERSION, files], separators=(",", ":"))
+    state: list[Any] = [READER_VERSION, files]
+    if pair_of:
+        state.append({"pair_of": sorted(pair_of)})
+    return json.dumps(state, separators=(",", ":"))
 
 
 def read_photo_metadata(image_path: Path, sidecars: Sequence[SidecarFile] = (), *,
@@ -141,7 +149,7 @@ def read_photo_metadata(image_path: Path, sidecars: Sequence[SidecarFile] = (), 
         title=values.get("title"), description=values.get("description"),
         subjects=tuple(subjects), hierarchy=tuple(hierarchy), rating=values.get("rating"),
         label=values.get("label"), taken_at=values.get("taken_at"), gps_lat=lat, gps_lon=lon,
-        sources=tuple(sources), problems=tuple(problems), state=sidecar_state(sidecars),
+        sources=tuple(sources), problems=tuple(problems), state=sidecar_state(sidecars, pair_of),
     )
 
 
