@@ -417,3 +417,51 @@ def test_rebuild_killed_at_random_moments_three_rounds(tmp_path, master):
 def test_rebuild_killed_at_random_moments_always_recovers(tmp_path, master, stress_iterations):
     report = stress_rounds(tmp_path, master, stress_iterations, seed=2739)
     assert report.rounds == stress_iterations and report.strays == 0 and report.rows_lost == 0
+
+
+# -- index files: one rename each, but their temporary files must not outlive their owner -----------
+
+_SAVE_AND_DIE = r"""
+import os, signal, sys, tempfile
+from pathlib import Path
+from engine.swap_journal import temp_prefix
+target = Path(sys.argv[1])
+for suffix in (".tmp", ".hnsw.tmp"):  # what VectorIndex.save has open while it writes
+    fd, _ = tempfile.mkstemp(prefix=temp_prefix(target, "save"), suffix=suffix, dir=target.parent)
+    os.write(fd, b"half an index")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_index_temp_files_of_a_killed_save_are_removed_at_the_next_start(tmp_path):
+    from engine.config import get_paths
+    from engine.index.store import STALE_TEMP_AGE_S, index_path
+
+    home = tmp_path / "home"
+    paths = get_paths(home).ensure()
+    target = index_path(paths.indexes, 1, "tiny-blip@0123456789abcdef")
+    died = subprocess.run([sys.executable, "-c", _SAVE_AND_DIE, str(target)], cwd=ROOT, env=child_env(home),
+                          capture_output=True, text=True, timeout=60)
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    orphans = sorted(paths.indexes.iterdir())
+    assert len(orphans) == 2 and all(".save-" in p.name for p in orphans)
+    # A live process's save in another index is left alone, however the start is made.
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        other = index_path(paths.indexes, 2, "tiny-blip@0123456789abcdef")
+        live_tmp = other.parent / f".{other.name}.save-{live.pid}-abcd1234.tmp"
+        live_tmp.write_bytes(b"being written")
+        old_name = other.parent / f".{other.name}.abc12345.tmp"  # a release before the pid names, fresh
+        old_name.write_bytes(b"?")
+        reused = other.parent / f".{other.name}.save-{live.pid}-ffff0000.hnsw.tmp"  # pid since re-used
+        reused.write_bytes(b"old")
+        long_ago = time.time() - 2 * STALE_TEMP_AGE_S
+        os.utime(reused, (long_ago, long_ago))
+        result = run_cli(home, "libraries")
+        assert result.returncode == 0, result.stderr
+        assert sorted(paths.indexes.iterdir()) == sorted([live_tmp, old_name])
+    finally:
+        live.stdin.close()
+        live.wait(timeout=60)
+    run_cli(home, "libraries")
+    assert sorted(paths.indexes.iterdir()) == [old_name]  # its owner is gone now too; the pid-less one waits
