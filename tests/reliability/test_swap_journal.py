@@ -42,6 +42,7 @@ STEPS = {
     "rebuild-damaged-moved": "finished",  # no file at the catalog's name: the rebuilt one takes it
     "rebuild-swapped": "finished",  # only the journal was left
 }
+IMAGES = 5000  # enough that copying them is a stretch of the run a random kill can land in
 WAL_IMAGES = 5  # rows committed into the damaged catalog's -wal, never checkpointed
 
 _WRITE_INTO_WAL_AND_DIE = r"""
@@ -132,7 +133,7 @@ def master(tmp_path_factory) -> Master:
     for i in range(3):
         con.execute("INSERT INTO libraries (id, root, status, added_at) VALUES (?, ?, 'online', 1.0)",
                     (i + 1, f"/photos/lib{i}"))
-    for i in range(300):
+    for i in range(IMAGES):
         con.execute("INSERT INTO images (library_id, rel_path, size, mtime_ns, status, added_at, updated_at) "
                     "VALUES (?, ?, ?, ?, 'ok', 1.0, 1.0)", (i % 3 + 1, f"p{i}.jpg", i, i))
     for i in range(40):
@@ -151,7 +152,7 @@ def master(tmp_path_factory) -> Master:
     for p in folder.iterdir():
         shutil.copy2(p, scratch / p.name)
     rows = rows_of(scratch / "catalog.sqlite3")
-    assert len(rows["images"]) == 300 + WAL_IMAGES and ("written-to-the-wal", "yes") in rows["meta"]
+    assert len(rows["images"]) == IMAGES + WAL_IMAGES and ("written-to-the-wal", "yes") in rows["meta"]
     return Master(folder, rows, sha256(cat), sha256(wal))
 
 
@@ -243,7 +244,7 @@ def test_rebuild_killed_at_each_step_is_settled_by_the_next_command(tmp_path, ma
         assert result.returncode == 0, result.stderr
         listed = json.loads(result.stdout)
         assert sorted(lib["id"] for lib in listed) == [1, 2, 3]  # never a new, empty catalog
-        assert sum(sum(lib["counts"].values()) for lib in listed) == 300 + WAL_IMAGES
+        assert sum(sum(lib["counts"].values()) for lib in listed) == IMAGES + WAL_IMAGES
     else:
         result = run_cli(home, "check-catalog")
         assert result.returncode == (0 if STEPS[step] == "finished" else 1), result.stdout + result.stderr
@@ -353,6 +354,7 @@ def test_a_start_leaves_a_live_rebuilds_files_alone(tmp_path, master):
 class StressReport:
     rounds: int = 0
     by_outcome: dict[str, int] = field(default_factory=dict)  # finished / rolled back / stopped / nothing
+    kill_left: dict[str, int] = field(default_factory=dict)  # what the kill left: journal / copy / lock / none
     killed_at_pause: int = 0
     killed_at_random_time: int = 0
     finished_before_kill: int = 0
@@ -361,15 +363,29 @@ class StressReport:
     wall_s: float = 0.0
 
 
+def rebuild_started(home: Path, proc: subprocess.Popen, timeout_s: float = 120) -> bool:
+    """Wait until the rebuild has made its first file (start-up takes most of a run); False when
+    the run ended first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(n.startswith(".catalog.sqlite3.") for n in os.listdir(home / "data")):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.002)
+    pytest.fail("the rebuild never started")
+
+
 def stress_rounds(tmp_path: Path, master: Master, rounds: int, seed: int) -> StressReport:
     rng = random.Random(seed)
     report = StressReport()
     t0 = time.monotonic()
-    # How long a whole rebuild takes here: random kills land anywhere inside it (start-up included).
+    # How long a rebuild runs from its first file to its end: random kills land anywhere in it.
     probe = tmp_path / "probe"
     master.install(probe)
-    started = time.monotonic()
     proc = start_rebuild(probe)
+    assert rebuild_started(probe, proc)
+    started = time.monotonic()
     proc.communicate(timeout=120)
     assert proc.returncode == 0
     window = time.monotonic() - started
@@ -384,13 +400,17 @@ def stress_rounds(tmp_path: Path, master: Master, rounds: int, seed: int) -> Str
             report.killed_at_pause += 1
         else:
             proc = start_rebuild(home)
-            try:
-                proc.wait(timeout=rng.uniform(0.3, 1.1) * window)
-            except subprocess.TimeoutExpired:
+            if rebuild_started(home, proc):
+                time.sleep(rng.uniform(0.0, 1.0) * window)
+            if proc.poll() is None:
                 report.killed_at_random_time += 1
             else:
                 report.finished_before_kill += 1
         kill_9(proc)
+        left = hidden(home)
+        kind = ("journal" if any(n.endswith(".swap-journal") for n in left) else
+                "copy" if any(".rebuild-" in n for n in left) else "lock" if left else "none")
+        report.kill_left[kind] = report.kill_left.get(kind, 0) + 1
         result = run_cli(home, "libraries", "--json")
         assert result.returncode == 0, f"round {i}: {result.stderr}"
         assert sorted(lib["id"] for lib in json.loads(result.stdout)) == [1, 2, 3], f"round {i}"
