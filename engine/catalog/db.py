@@ -600,7 +600,7 @@ def rebuild_leftovers(path: Path) -> list[Path]:
         names = os.listdir(path.parent)
     except OSError:
         return []
-    starts = (f".{path.name}.{REBUILD_TEMP_PURPOSE}-", f"{journal_path(path).name}.")
+    starts = (f".{path.name}.{REBUILD_TEMP_PURPOSE}-", f".{journal_path(path).name}.")  # swap_journal.temp_path
     return [path.parent / n for n in sorted(names) if n.startswith(starts)]
 
 

@@ -485,3 +485,25 @@ def test_index_temp_files_of_a_killed_save_are_removed_at_the_next_start(tmp_pat
         live.wait(timeout=60)
     run_cli(home, "libraries")
     assert sorted(paths.indexes.iterdir()) == [old_name]  # its owner is gone now too; the pid-less one waits
+
+
+def test_a_journal_half_written_by_a_killed_process_is_removed_at_the_next_start(tmp_path, master):
+    """write_journal's own temporary file (a kill before its rename): swept with the rest."""
+    from engine.catalog import Catalog
+    from engine.swap_journal import journal_path, temp_path
+
+    cat = master.install(tmp_path / "home")
+    half = temp_path(journal_path(cat), "write")
+    half.write_text('{"kind": "catalog reb', encoding="utf-8")
+    models_half = tmp_path / "home" / "models" / temp_path(Path("m.swap-journal"), "write").name
+    models_half.parent.mkdir(parents=True)
+    models_half.write_text("{", encoding="utf-8")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    models_half = models_half.rename(models_half.with_name(models_half.name.replace(f"-{os.getpid()}-",
+                                                                                       f"-{dead.stdout.strip()}-")))
+    with Catalog(cat):
+        pass
+    assert not half.exists() and hidden(tmp_path / "home") == []
+    result = run_cli(tmp_path / "home", "libraries")
+    assert result.returncode == 0, result.stderr
+    assert not models_half.exists()
