@@ -608,7 +608,7 @@ def recover_interrupted_rebuild(path: Path) -> list[str]:
     """The catalog's start-up hook: settle a rebuild that was interrupted (finish its swap or roll
     it back) and remove what killed rebuilds left beside the catalog. Returns what was done, one
     sentence each. Raises CatalogError rather than let a missing catalog be created empty while a
-    rebuilt copy of it sits beside it."""
+    rebuilt copy of it sits beside it, and while another process rebuilds the catalog."""
     path = Path(path).absolute()
     lock = rebuild_lock_path(path)
     if not (journal_path(path).exists() or lock.exists() or rebuild_leftovers(path)):
@@ -617,7 +617,12 @@ def recover_interrupted_rebuild(path: Path) -> list[str]:
         if held:
             return settle_rebuild_locked(path)
     if path.exists():
-        return []  # a rebuild is running in another process; its files are its own
+        # A rebuild is running in another process (its files are its own), and will swap the file
+        # away from under this process: writes made meanwhile would land in the damaged copy.
+        raise CatalogError(
+            f"the catalog {path} is being rebuilt by another Longlens process; wait for the rebuild to end "
+            "and start again. Nothing was changed"
+        )
     # A live rebuild between its renames (a few milliseconds): wait for it rather than start empty.
     with exclusive_lock(lock):
         return settle_rebuild_locked(path)

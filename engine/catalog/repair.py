@@ -121,7 +121,8 @@ def rebuild_catalog(path: Path) -> RebuildReport:
     path = Path(path).absolute()
     with exclusive_lock(rebuild_lock_path(path), blocking=False) as held:
         if not held:
-            raise CatalogError(f"another catalog rebuild of {path} is running; wait for it to end. Nothing was changed")
+            raise CatalogError(f"the catalog {path} is being rebuilt by another Longlens process; wait for the "
+                               "rebuild to end and start again. Nothing was changed")
         recovered = settle_rebuild_locked(path)
         if open_in_another_process(path):
             # Swapping the file under a live process would send its later writes to the damaged copy.

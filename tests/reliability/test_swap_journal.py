@@ -328,9 +328,10 @@ def test_an_unreadable_journal_is_refused_naming_it_and_nothing_changes(tmp_path
 
 
 def test_a_start_leaves_a_live_rebuilds_files_alone(tmp_path, master):
-    """Another command started while a rebuild copies rows must not take its copy for a leftover."""
+    """Another command started while a rebuild copies rows must not take its copy for a leftover,
+    nor open the catalog the rebuild is about to swap away from under it."""
     home = tmp_path / "home"
-    master.install(home)
+    cat = master.install(home)
     ready = tmp_path / "ready"
     proc = start_rebuild(home, "rebuild-copying", ready)
     try:
@@ -338,9 +339,10 @@ def test_a_start_leaves_a_live_rebuilds_files_alone(tmp_path, master):
         live = hidden(home)
         assert any(n.startswith(f".catalog.sqlite3.rebuild-{proc.pid}-") for n in live)
         result = run_cli(home, "libraries", "--json")
-        assert result.returncode == 0 and hidden(home) == live
+        assert result.returncode == 2 and "is being rebuilt by another Longlens process" in result.stderr
+        assert hidden(home) == live and sha256(cat) == master.main_sha
         second = run_cli(home, "check-catalog", "--rebuild")
-        assert second.returncode == 2 and "another catalog rebuild" in second.stderr
+        assert second.returncode == 2 and "is being rebuilt by another Longlens process" in second.stderr
         assert hidden(home) == live
     finally:
         kill_9(proc)
