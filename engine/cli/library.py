@@ -124,7 +124,11 @@ def cmd_check_catalog(args: argparse.Namespace) -> int:
             rebuilt = rebuild_catalog(path)
         except JobCancelled as exc:
             # Ctrl+C: the rebuild settled its swap (finished or rolled back) and says which.
-            print(report.text())
+            if args.json:
+                common.print_json({"catalog": str(path), "ok": False, "problems": report.problems,
+                                   "recovered": recovered, "interrupted": str(exc)})
+            else:
+                print(report.text())
             print(f"{exc}", file=sys.stderr)
             return 130
         if args.json:
