@@ -17,9 +17,12 @@ class Services:
         self.paths = paths.ensure()
         from engine.models.install_state import recover_models_folder
 
-        # A model install killed last time may have left a staging folder or a model moved aside.
-        recover_models_folder(self.paths)
+        # A model install killed last time may have left a staging folder or a model moved aside,
+        # and a catalog rebuild a swap half done: each is settled first. What was done, one
+        # sentence each, for the front end to show.
+        self.recovered: list[str] = recover_models_folder(self.paths)
         self.catalog = Catalog(paths.catalog)
+        self.recovered += self.catalog.recovered
         self.store = IndexStore(paths.indexes, self.catalog)
         self._embedders: dict[tuple[str, str, str | None], Embedder] = {}
 

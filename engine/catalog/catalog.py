@@ -23,6 +23,7 @@ from engine.catalog.db import (
     damaged_message,
     inspect_catalog,
     migrate,
+    recover_interrupted_rebuild,
     sqlite_errors,
 )
 from engine.catalog.schema import embeddings, image_keywords, image_metadata, images, libraries, meta
@@ -199,6 +200,9 @@ class Catalog:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        # A rebuild interrupted last time is finished or rolled back before the file is looked at,
+        # so a catalog moved aside is never replaced by a new, empty one (engine.catalog.db).
+        self.recovered: list[str] = recover_interrupted_rebuild(self.path)
         health = inspect_catalog(self.path)
         self.damage: str | None = damaged_message(self.path, health.damage) if health.damage else None
         self.quick_checked = health.checked

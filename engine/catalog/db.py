@@ -22,6 +22,16 @@ from sqlalchemy.pool import QueuePool
 from engine.config import ensure_folder
 from engine.errors import CatalogError, CatalogTooNewError
 from engine.fileutil import NotARegularFileError, open_user_file
+from engine.swap_journal import (
+    LOCK_SUFFIX,
+    Journal,
+    JournalError,
+    exclusive_lock,
+    fsync_folder,
+    journal_path,
+    read_journal,
+    remove_journal,
+)
 
 
 class CatalogDamagedError(CatalogError):
@@ -557,3 +567,145 @@ def sqlite_errors(path: Path) -> Iterator[None]:
         if any(m in msg for m in CORRUPTION_MARKS):
             raise CatalogDamagedError(damaged_message(path, msg)) from exc
         raise CatalogError(f"catalog {path}: {msg}") from exc
+
+
+# -- interrupted rebuilds (engine.catalog.repair swaps a rebuilt catalog in) ----------------------------
+#
+# The rebuild's swap takes more than one rename: the catalog's -wal/-shm and then the damaged file go
+# aside, then the rebuilt file takes the catalog's name. It writes a journal (engine.swap_journal)
+# before the first rename and removes it after the last; every start settles a journal it finds:
+# once the damaged file is aside, the swap is finished (the rebuilt file was complete and verified
+# before the journal was written); before that, it is rolled back. Every rebuild holds the rebuild
+# lock for its whole run, so a start that gets the lock knows each rebuild's file beside the catalog
+# belongs to a dead process.
+
+REBUILD_JOURNAL_KIND = "catalog rebuild"
+REBUILD_TEMP_PURPOSE = "rebuild"
+SIDE_SUFFIXES = ("-wal", "-shm")
+# Outcomes of settling a journal, at the start of each note (tests and people read them).
+FINISHED = "finished an interrupted catalog rebuild"
+ROLLED_BACK = "rolled back an interrupted catalog rebuild"
+
+
+def rebuild_lock_path(path: Path) -> Path:
+    path = Path(path)
+    return path.parent / f".{path.name}{LOCK_SUFFIX}"
+
+
+def rebuild_leftovers(path: Path) -> list[Path]:
+    """Files a rebuild keeps beside the catalog while it runs (its copy, the copy's SQLite
+    journal, the swap journal's temporary file), as far as they are there now."""
+    path = Path(path)
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    starts = (f".{path.name}.{REBUILD_TEMP_PURPOSE}-", f".{journal_path(path).name}.")  # swap_journal.temp_path
+    return [path.parent / n for n in sorted(names) if n.startswith(starts)]
+
+
+def recover_interrupted_rebuild(path: Path) -> list[str]:
+    """The catalog's start-up hook: settle a rebuild that was interrupted (finish its swap or roll
+    it back) and remove what killed rebuilds left beside the catalog. Returns what was done, one
+    sentence each. Raises CatalogError rather than let a missing catalog be created empty while a
+    rebuilt copy of it sits beside it, and while another process rebuilds the catalog."""
+    path = Path(path).absolute()
+    lock = rebuild_lock_path(path)
+    if not (journal_path(path).exists() or lock.exists() or rebuild_leftovers(path)):
+        return []  # the common case: one listing, no lock
+    with exclusive_lock(lock, blocking=False) as held:
+        if held:
+            return settle_rebuild_locked(path)
+    if path.exists():
+        # A rebuild is running in another process (its files are its own), and will swap the file
+        # away from under this process: writes made meanwhile would land in the damaged copy.
+        raise CatalogError(
+            f"the catalog {path} is being rebuilt by another Longlens process; wait for the rebuild to end "
+            "and start again. Nothing was changed"
+        )
+    # A live rebuild between its renames (a few milliseconds): wait for it rather than start empty.
+    with exclusive_lock(lock):
+        return settle_rebuild_locked(path)
+
+
+def settle_rebuild_locked(path: Path) -> list[str]:
+    """recover_interrupted_rebuild's work; the caller holds the rebuild lock."""
+    path = Path(path).absolute()
+    notes: list[str] = []
+    try:
+        journal = read_journal(path, REBUILD_JOURNAL_KIND)
+    except JournalError as exc:
+        raise CatalogError(str(exc)) from None
+    if journal is not None:
+        notes.append(settle_rebuild(journal))
+    leftovers = rebuild_leftovers(path)
+    copies = [p for p in leftovers if p.name.endswith(".tmp") and p.name.startswith(f".{path.name}.{REBUILD_TEMP_PURPOSE}-")]
+    if copies and not path.exists():
+        raise CatalogError(
+            f"the catalog {path} is missing, but {copies[0]} beside it is a copy of it made by a catalog rebuild "
+            "that was interrupted before it could swap the copy in; Longlens did not start a new, empty catalog. "
+            f"If that rebuild had finished copying, rename {copies[0].name} to {path.name}; otherwise move it away "
+            "(and restore a backup of the catalog, or start a new one)"
+        )
+    for p in leftovers:
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            notes.append(f"could not remove {p}, left by an interrupted catalog rebuild ({exc.strerror})")
+            continue
+        if not p.name.endswith(("-journal", "-wal", "-shm")):
+            notes.append(f"removed {p.name}, left by a catalog rebuild that was stopped before its swap")
+    return notes
+
+
+def settle_rebuild(journal: Journal) -> str:
+    """Finish or roll back the swap a rebuild journal describes (the caller holds the rebuild
+    lock); removes the journal and returns what was done."""
+    try:
+        catalog, damaged, rebuilt = (journal.paths[k] for k in ("catalog", "damaged", "rebuilt"))
+    except KeyError as exc:
+        raise CatalogError(f"the rebuild journal {journal.path} names no {exc.args[0]} file; nothing was "
+                           "changed. Look at the files beside it, then move the journal away") from None
+    try:
+        if rebuilt.exists():
+            if catalog.exists():
+                # The damaged file never left: put back what already went aside, drop the copy.
+                _move_sides(damaged, catalog)
+                for p in (rebuilt, *(Path(f"{rebuilt}{s}") for s in (*SIDE_SUFFIXES, "-journal"))):
+                    p.unlink(missing_ok=True)
+                note = (f"{ROLLED_BACK}: it had not swapped anything yet, so {catalog} is the damaged catalog as "
+                        "it was; check and rebuild it again")
+            else:
+                os.replace(rebuilt, catalog)
+                note = f"{FINISHED}: the rebuilt catalog is now {catalog}; the damaged file is kept as {damaged}"
+        elif catalog.exists():
+            note = f"{FINISHED}: its swap was complete; the damaged file is kept as {damaged}"
+        elif damaged.exists():
+            _move_sides(damaged, catalog)
+            os.replace(damaged, catalog)
+            note = (f"{ROLLED_BACK}: its rebuilt copy was gone, so the damaged file {damaged} is {catalog} again; "
+                    "check and rebuild it again")
+        else:
+            raise CatalogError(
+                f"the catalog {catalog} is missing and so are the rebuilt copy {rebuilt} and the damaged file "
+                f"{damaged} that the interrupted rebuild's journal {journal.path} names; Longlens did not start a "
+                "new, empty catalog. Restore a backup of the catalog, or move the journal away to start a new one"
+            )
+    except OSError as exc:
+        raise CatalogError(
+            f"could not settle the interrupted catalog rebuild of {catalog} ({exc}); its journal {journal.path} "
+            "is kept so the next start tries again"
+        ) from None
+    fsync_folder(catalog.parent)
+    remove_journal(journal)
+    return note
+
+
+def _move_sides(src: Path, dst: Path) -> None:
+    """Move `src`'s -wal/-shm files to `dst`'s names, never over files `dst` already has."""
+    for suffix in SIDE_SUFFIXES:
+        side, target = Path(f"{src}{suffix}"), Path(f"{dst}{suffix}")
+        if side.exists() and not target.exists():
+            os.replace(side, target)

@@ -16,14 +16,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.catalog.db import (
+    REBUILD_JOURNAL_KIND,
+    REBUILD_TEMP_PURPOSE,
     SCHEMA_VERSION,
+    SIDE_SUFFIXES,
     SQLITE_MAGIC,
     CatalogDamagedError,
     connect_read_only,
     open_in_another_process,
+    rebuild_lock_path,
+    settle_rebuild,
+    settle_rebuild_locked,
 )
-from engine.errors import CatalogError
+from engine.errors import CatalogError, JobCancelled
 from engine.fileutil import open_user_file
+from engine.swap_journal import (
+    exclusive_lock,
+    fsync_folder,
+    pause_point,
+    read_journal,
+    remove_journal,
+    temp_path,
+    write_journal,
+)
 
 MAX_REPORTED_PROBLEMS = 100
 # Past an unreadable page, the copy tries rowids this much further on, doubling each time.
@@ -51,6 +66,7 @@ class RebuildReport:
     copied: dict[str, int] = field(default_factory=dict)  # table -> rows copied
     unreadable: dict[str, int] = field(default_factory=dict)  # table -> stretches of rows skipped
     orphans_removed: dict[str, int] = field(default_factory=dict)  # table -> rows whose parent was lost
+    recovered: list[str] = field(default_factory=list)  # an earlier, interrupted rebuild settled first
 
     @property
     def lost_rows(self) -> bool:
@@ -64,7 +80,7 @@ class RebuildReport:
 
     def text(self) -> str:
         copied = ", ".join(f"{t} {n}" for t, n in self.copied.items())
-        lines = [f"rebuilt {self.catalog} from every readable row ({copied})",
+        lines = [*self.recovered, f"rebuilt {self.catalog} from every readable row ({copied})",
                  f"  the damaged file is kept as {self.damaged_copy}"]
         for table, n in self.unreadable.items():
             lines.append(f"  {table}: {n} unreadable stretch(es) of rows skipped")
@@ -97,20 +113,50 @@ def check_catalog(path: Path) -> CatalogCheck:
 def rebuild_catalog(path: Path) -> RebuildReport:
     """Copy every readable row of a damaged catalog into a new file and swap it in.
 
-    Refused while another process has the catalog open. The damaged file (and its -wal)
-    is renamed to `<name>.damaged-<time>`, never deleted.
+    Refused while another process has the catalog open or another rebuild runs. The damaged file
+    (and its -wal) is renamed to `<name>.damaged-<time>`, never deleted. The swap is journalled
+    (engine.catalog.db): a run killed between its renames is finished or rolled back by the next
+    start. Ctrl+C raises JobCancelled saying what state the catalog was left in.
     """
     path = Path(path).absolute()
-    if open_in_another_process(path):
-        # Swapping the file under a live process would send its later writes to the damaged copy.
-        raise CatalogError(
-            f"{path} is open in another Longlens process (the app, an index or search run); close it "
-            "and run the rebuild again. Nothing was changed"
-        )
-    tmp = path.with_name(f".{path.name}.rebuild-{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    report = RebuildReport(str(path), str(path.with_name(f"{path.name}.damaged-{stamp}")))
+    with exclusive_lock(rebuild_lock_path(path), blocking=False) as held:
+        if not held:
+            raise CatalogError(f"the catalog {path} is being rebuilt by another Longlens process; wait for the "
+                               "rebuild to end and start again. Nothing was changed")
+        recovered = settle_rebuild_locked(path)
+        if open_in_another_process(path):
+            # Swapping the file under a live process would send its later writes to the damaged copy.
+            raise CatalogError(
+                f"{path} is open in another Longlens process (the app, an index or search run); close it "
+                "and run the rebuild again. Nothing was changed"
+            )
+        tmp = temp_path(path, REBUILD_TEMP_PURPOSE)
+        report = RebuildReport(str(path), str(_damaged_name(path)), recovered=recovered)
+        try:
+            _copy_into(path, tmp, report)
+        except BaseException as exc:
+            for p in (tmp, Path(f"{tmp}-journal"), Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+                p.unlink(missing_ok=True)
+            if isinstance(exc, KeyboardInterrupt):
+                raise JobCancelled(f"interrupted while copying rows; {path} was not changed and the partial copy "
+                                   "was removed") from None
+            raise
+        _swap_in(path, tmp, Path(report.damaged_copy))
+    return report
+
+
+def _damaged_name(path: Path) -> Path:
+    """`<name>.damaged-<time>`, with a counter when a rebuild in the same second made one already."""
+    base = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+    candidate, n = base, 1
+    while any(Path(f"{candidate}{s}").exists() for s in ("", *SIDE_SUFFIXES)):
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def _copy_into(path: Path, tmp: Path, report: RebuildReport) -> None:
+    """Copy every readable row of `path` into the new file `tmp`, check it and make it durable."""
     with closing(connect_read_only(path)) as src, closing(sqlite3.connect(str(tmp))) as dst:
         try:
             schema = src.execute(
@@ -119,7 +165,6 @@ def rebuild_catalog(path: Path) -> RebuildReport:
             ).fetchall()
             version = int(src.execute("PRAGMA user_version").fetchone()[0])
         except sqlite3.DatabaseError as exc:
-            tmp.unlink(missing_ok=True)
             raise CatalogDamagedError(
                 f"catalog {path}: even its table list is unreadable ({exc}), so no row can be recovered; "
                 "restore a backup, or move the file away and index the libraries again"
@@ -130,6 +175,7 @@ def rebuild_catalog(path: Path) -> RebuildReport:
             dst.execute(sql)
             if kind == "table":
                 report.copied[name] = _copy_rows(src, dst, name, report)
+                pause_point("rebuild-copying")
         report.orphans_removed = _drop_orphans(dst)
         if report.libraries_incomplete and "libraries" in report.copied:
             dst.execute("UPDATE libraries SET status = 'partial'")
@@ -137,18 +183,45 @@ def rebuild_catalog(path: Path) -> RebuildReport:
         dst.execute("COMMIT")
         result = dst.execute("PRAGMA integrity_check").fetchone()[0]
         if result != "ok":
-            raise CatalogError(f"the rebuilt catalog {tmp} failed its own check ({result}); {path} was left as is")
+            raise CatalogError(f"the rebuilt catalog failed its own check ({result}); {path} was left as is")
         dst.execute("PRAGMA journal_mode=WAL")
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
-    damaged = Path(report.damaged_copy)
-    for suffix in ("-wal", "-shm"):
-        side = Path(f"{path}{suffix}")
-        if side.exists():
-            os.replace(side, Path(f"{damaged}{suffix}"))
-    os.replace(path, damaged)
-    os.replace(tmp, path)
-    return report
+
+
+def _swap_in(path: Path, rebuilt: Path, damaged: Path) -> None:
+    """Damaged file aside, rebuilt file in: journalled, so that a death between the renames is
+    settled by the next start, and an exception or Ctrl+C here is settled at once."""
+    journal = None
+    try:
+        journal = write_journal(path, REBUILD_JOURNAL_KIND,
+                                {"catalog": path, "damaged": damaged, "rebuilt": rebuilt})
+        pause_point("rebuild-journal-written")
+        # -wal first: a WAL left beside the catalog's name would be replayed into the rebuilt file.
+        for suffix in SIDE_SUFFIXES:
+            side = Path(f"{path}{suffix}")
+            if side.exists():
+                os.replace(side, Path(f"{damaged}{suffix}"))
+        pause_point("rebuild-sides-moved")
+        os.replace(path, damaged)
+        pause_point("rebuild-damaged-moved")
+        os.replace(rebuilt, path)
+        fsync_folder(path.parent)
+        pause_point("rebuild-swapped")
+        remove_journal(journal)
+    except BaseException as exc:
+        # Stopped inside write_journal, the journal may be on disk without having been returned.
+        journal = journal or read_journal(path, REBUILD_JOURNAL_KIND)
+        if journal is not None:
+            outcome = settle_rebuild(journal)
+        else:
+            rebuilt.unlink(missing_ok=True)
+            outcome = f"nothing was swapped yet, so {path} was not changed and the rebuilt copy was removed"
+        if isinstance(exc, KeyboardInterrupt):
+            raise JobCancelled(f"interrupted during the swap; {outcome}") from None
+        if isinstance(exc, OSError):
+            raise CatalogError(f"could not swap the rebuilt catalog in ({exc}); {outcome}") from None
+        raise
 
 
 def _copy_rows(src: sqlite3.Connection, dst: sqlite3.Connection, table: str, report: RebuildReport) -> int:

@@ -29,7 +29,10 @@ def paths(args: argparse.Namespace):
 def services(args: argparse.Namespace):
     from engine.services import Services
 
-    return Services(paths(args))
+    svc = Services(paths(args))
+    for note in svc.recovered:  # an interrupted swap settled at this start (engine.swap_journal)
+        print(f"longlens: {note}", file=sys.stderr)
+    return svc
 
 
 def print_json(obj: Any, *, indent: int | None = 2) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -147,21 +148,41 @@ def cmd_libraries(args: argparse.Namespace) -> int:
 
 
 def cmd_check_catalog(args: argparse.Namespace) -> int:
+    from engine.catalog.db import recover_interrupted_rebuild
     from engine.catalog.repair import check_catalog, rebuild_catalog
 
     path = common.paths(args).catalog
-    report = check_catalog(path)
+    # A rebuild killed last time is finished or rolled back first, so what is checked is the catalog.
+    recovered = recover_interrupted_rebuild(path)
+    for note in recovered:
+        print(f"longlens: {note}", file=sys.stderr)
+    try:
+        report = check_catalog(path)
+    except KeyboardInterrupt:
+        print("interrupted during the integrity check; nothing was changed", file=sys.stderr)
+        return 130
     if not report.ok and args.rebuild:
-        rebuilt = rebuild_catalog(path)
+        try:
+            rebuilt = rebuild_catalog(path)
+        except JobCancelled as exc:
+            # Ctrl+C: the rebuild settled its swap (finished or rolled back) and says which.
+            if args.json:
+                common.print_json({"catalog": str(path), "ok": False, "problems": report.problems,
+                                   "recovered": recovered, "interrupted": str(exc)})
+            else:
+                print(report.text())
+            print(f"{exc}", file=sys.stderr)
+            return 130
         if args.json:
             common.print_json({"catalog": str(path), "ok": False, "problems": report.problems,
-                               "rebuilt": dataclasses.asdict(rebuilt)})
+                               "recovered": recovered, "rebuilt": dataclasses.asdict(rebuilt)})
         else:
             print(report.text())
             print(rebuilt.text())
         return 0
     if args.json:
-        common.print_json({"catalog": str(path), "ok": report.ok, "problems": report.problems})
+        common.print_json({"catalog": str(path), "ok": report.ok, "problems": report.problems,
+                           "recovered": recovered})
     else:
         print(report.text())
         if not report.ok:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,28 +14,37 @@ from engine.catalog import Catalog
 from engine.config import ensure_folder
 from engine.errors import LonglensError
 from engine.index.vector_index import VectorIndex
+from engine.swap_journal import remove_stale_temps
 
-# A save or load writes ".<index file name>.<random>[.hnsw|.load].tmp" next to the index; a process
-# killed meanwhile leaves it behind. No save takes this long, so an older one is an orphan.
+# A save or load writes ".<index file name>.<save|load>-<pid>-<random>[.hnsw|.load].tmp" next to the
+# index (engine.swap_journal's naming); a process killed meanwhile leaves it behind. One whose owner
+# is gone is removed at once; no save takes this long, so an older one is an orphan whatever its pid
+# says (the pid may have been re-used), as are the pid-less names of older releases.
 STALE_TEMP_AGE_S = 3600.0
+INDEX_SUFFIX = ".llidx"
 
 
 def index_path(indexes_dir: Path, library_id: int, model_id: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id)
-    return Path(indexes_dir) / f"library-{library_id}--{slug}.llidx"
+    return Path(indexes_dir) / f"library-{library_id}--{slug}{INDEX_SUFFIX}"
 
 
 def remove_stale_temp_files(path: Path, max_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
     """Delete temp files of `path` left by a crashed save (they can be as large as the index)."""
-    removed = []
-    now = time.time()
-    for tmp in Path(path).parent.glob(f".{Path(path).name}.*.tmp"):
-        try:
-            if now - tmp.stat().st_mtime > max_age_s:
-                tmp.unlink()
-                removed.append(tmp)
-        except OSError:
-            continue  # another process's file, or already gone
+    return remove_stale_temps(Path(path).parent, Path(path).name, max_age_s=max_age_s, also_unowned=True)
+
+
+def remove_stale_index_temps(indexes_dir: Path, max_age_s: float = STALE_TEMP_AGE_S) -> list[Path]:
+    """remove_stale_temp_files for every index in the folder (what opening the store runs)."""
+    try:
+        names = os.listdir(indexes_dir)
+    except OSError:
+        return []
+    marker = f"{INDEX_SUFFIX}."
+    targets = {n[1:n.index(marker) + len(INDEX_SUFFIX)] for n in names if n.startswith(".") and marker in n}
+    removed: list[Path] = []
+    for target in sorted(targets):
+        removed += remove_stale_temp_files(Path(indexes_dir) / target, max_age_s)
     return removed
 
 
@@ -54,6 +63,8 @@ class IndexStore:
         self._open: dict[tuple[int, str], VectorIndex] = {}
         self._lock = threading.Lock()
         self.notes: list[str] = []
+        # Saves killed last time (any index, not only those opened in this run) leave temp files.
+        remove_stale_index_temps(self.dir)
 
     def get(self, library_id: int, model_id: str, dim: int) -> VectorIndex:
         key = (library_id, model_id)

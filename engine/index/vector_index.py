@@ -50,6 +50,7 @@ import numpy as np
 
 from engine.errors import IndexFileError
 from engine.index.rwlock import RWLock
+from engine.swap_journal import temp_prefix
 
 # Measured with `python -m engine.bench.ann` (docs/benchmarks.md, "Exact -> hnsw crossover"):
 # 2-core x86 VM, dim 256, M=16, ef_construction=200, ef_search=64, one query row, k=10,
@@ -334,7 +335,7 @@ class VectorIndex:
                 _atomic_write(target, fields, chunks)
             else:
                 fd, hnsw_tmp = tempfile.mkstemp(
-                    prefix=f".{target.name}.", suffix=".hnsw.tmp", dir=target.parent
+                    prefix=temp_prefix(target, "save"), suffix=".hnsw.tmp", dir=target.parent
                 )
                 os.close(fd)
                 try:
@@ -683,9 +684,9 @@ class VectorIndex:
         # hnswlib only loads from a path: copy the payload next to the index file,
         # hashing as we go, and let hnswlib read it only once everything checks out.
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".load.tmp", dir=path.parent)
+            fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path, "load"), suffix=".load.tmp", dir=path.parent)
         except OSError:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".load.tmp")
+            fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path, "load"), suffix=".load.tmp")
         try:
             with os.fdopen(fd, "wb") as out:
                 remaining = hdr["payload_len"]
@@ -837,7 +838,7 @@ def _write_chunks(out: Any, chunks: Iterable[bytes | memoryview], hasher: Any) -
 
 def _atomic_write(target: Path, fields: bytes, chunks: Iterable[bytes | memoryview]) -> None:
     payload_len = _FIELDS.unpack(fields)[-1]
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target, "save"), suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(b"\0" * _HEADER_SIZE)

@@ -10,12 +10,16 @@ and next to the models folder (so the models folder holds only models once insta
 
     .models.install.lock             held while a replace swaps folders and while a start repairs
 
+    .NAME.swap-journal               during --replace only: the journal of the swap (engine.swap_journal)
+
 The owner's flock is the truth about liveness (the kernel drops it when the process dies, even by
 SIGKILL, and a re-used PID cannot hold it), so a start removes exactly the staging folders of dead
 processes and never a live import's. A replace renames the old model aside only after the new one
-is complete and verified, and both renames happen under `.install.lock`; a start that finds a
-`.replaced-*` folder and no model of that name (the owner died between the renames) renames it
-back, and one that finds both (died after the swap) deletes the old one.
+is complete and verified, and both renames happen under `.install.lock`, after a journal naming
+the three folders is written: a start that finds the journal finishes the replace (the new model
+takes the name, the old one is deleted) once the old model had moved, and only drops the journal
+before that. `.replaced-*` folders without a journal (left by releases before the journal) are
+settled from their manifest: renamed back when no model has the name, deleted when one does.
 """
 
 from __future__ import annotations
@@ -30,6 +34,14 @@ from pathlib import Path
 
 from engine.config import Paths
 from engine.fileutil import fsync_dir
+from engine.swap_journal import (
+    JOURNAL_SUFFIX,
+    JournalError,
+    read_journal,
+    remove_journal,
+    remove_stale_journal_temps,
+    write_journal,
+)
 
 try:
     import fcntl
@@ -40,6 +52,7 @@ STAGING_PREFIX = ".staging-"
 REPLACED_PREFIX = ".replaced-"
 LEGACY_TRASH_PREFIX = ".trash-"  # what releases before this module left between the two renames
 INSTALL_LOCK_SUFFIX = ".install.lock"
+REPLACE_JOURNAL_KIND = "model replace"
 # Staging folders without an owner lock (older releases, or no flock on this OS) are removed only
 # when this old, so a live install there is never touched.
 STALE_WITHOUT_LOCK_S = 24 * 3600
@@ -183,15 +196,67 @@ def _mtime(p: Path) -> float:
         return 0.0
 
 
+def settle_replace_journals(paths: Paths) -> list[str]:
+    """Finish the replaces whose journal is left in the models folder (caller holds install_lock).
+
+    The journal is written once the new model is complete and verified, before the old one moves:
+    so a replace stopped after that is finished (the new model takes the name, the old one goes),
+    and one stopped before its first rename only loses its journal (the old model never moved;
+    the staging folder goes with the dead process's others)."""
+    from engine.models.manifest import MANIFEST_NAME
+
+    done: list[str] = []
+    for jfile in sorted(paths.models.glob(f".*{JOURNAL_SUFFIX}")):
+        target = paths.models / jfile.name[1:].removesuffix(JOURNAL_SUFFIX)
+        try:
+            journal = read_journal(target, REPLACE_JOURNAL_KIND)
+        except JournalError as exc:
+            done.append(str(exc))
+            continue
+        if journal is None:
+            continue
+        try:
+            final, aside, staging = (journal.paths[k] for k in ("final", "aside", "staging"))
+        except KeyError:
+            done.append(f"{journal.path} names no model folders; left as it is")
+            continue
+        name = final.name
+        if aside.exists():
+            if not (final.exists() or final.is_symlink()) and staging.is_dir():
+                os.replace(staging, final)  # died between the renames: the new model takes the name
+                fsync_dir(paths.models)
+            if (final / MANIFEST_NAME).is_file():
+                shutil.rmtree(aside, ignore_errors=True)
+                done.append(f"finished an interrupted replace of {name}: the new model is installed")
+            elif not (final.exists() or final.is_symlink()):
+                os.replace(aside, final)  # the new one is gone: the old model goes back
+                fsync_dir(paths.models)
+                done.append(f"rolled back an interrupted replace of {name}: the old model is installed again")
+            else:
+                done.append(f"an interrupted replace of {name} left the old model at {aside}: something that is "
+                            f"not a model holds {final}; move one of them away")
+                continue  # keep the journal: nothing was settled
+        elif not (final.exists() or final.is_symlink()) and staging.is_dir():
+            os.replace(staging, final)
+            fsync_dir(paths.models)
+            done.append(f"finished an interrupted install of {name}")
+        elif staging.is_dir():
+            done.append(f"rolled back an interrupted replace of {name}: it had not moved anything yet")
+        remove_journal(journal)
+    return done
+
+
 def recover_models_folder(paths: Paths) -> list[str]:
     """What every start runs: undo or finish interrupted replaces, drop dead processes' staging."""
     if not paths.models.is_dir():
         return []
     if not any(p.name.startswith((STAGING_PREFIX, REPLACED_PREFIX, LEGACY_TRASH_PREFIX))
-               for p in paths.models.iterdir()):
+               or JOURNAL_SUFFIX in p.name for p in paths.models.iterdir()):
         return []  # the common case costs one listing, no lock
     with install_lock(paths):
-        done = repair_interrupted_replace(paths)
+        done = settle_replace_journals(paths)
+        done += repair_interrupted_replace(paths)
+        remove_stale_journal_temps(paths.models)
     done += [f"removed {d.name} (left by an install that was killed)" for d in remove_dead_staging(paths)]
     return done
 
@@ -205,21 +270,30 @@ def swap_in(staging: Path, final: Path, paths: Paths, *, replace: bool) -> None:
     from engine.errors import ModelError
 
     with install_lock(paths):
+        settle_replace_journals(paths)
         repair_interrupted_replace(paths)
         if final.exists() or final.is_symlink():
             if not replace:
                 raise ModelError(f"{final} already exists; pass replace to overwrite it")
             aside = final.with_name(f"{REPLACED_PREFIX}{final.name}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-            os.replace(final, aside)
-            pause_point("replaced-aside")
+            # Journalled: a death from here on is finished by the next start (settle_replace_journals)
+            # from the paths written down, never guessed from what the folders hold.
+            journal = write_journal(final, REPLACE_JOURNAL_KIND, {"final": final, "aside": aside, "staging": staging})
             try:
+                pause_point("journal-written")
+                os.replace(final, aside)
+                pause_point("replaced-aside")
                 os.replace(staging, final)
             except BaseException:
-                os.replace(aside, final)  # put the old model back rather than leave nothing
+                # An error or Ctrl+C in this process: put the old model back rather than leave nothing.
+                if aside.exists() and not (final.exists() or final.is_symlink()):
+                    os.replace(aside, final)
+                remove_journal(journal)
                 raise
             fsync_dir(paths.models)
             pause_point("swapped-in")
             shutil.rmtree(aside, ignore_errors=True)
+            remove_journal(journal)
         else:
             os.replace(staging, final)
             fsync_dir(paths.models)

@@ -216,7 +216,9 @@ def assert_one_verified_model(home: Path) -> str:
     # dangerous middle, between the two renames, and the swap run in make test too.
     pytest.param("copied", "old", marks=pytest.mark.stress),  # files staged, no manifest yet
     pytest.param("verified", "old", marks=pytest.mark.stress),  # complete, verified, old untouched
-    ("replaced-aside", "old"),  # between the two renames: only the old model, aside
+    # Journalled (issue 27 point 4): from the first rename on, the next start finishes the replace.
+    pytest.param("journal-written", "old", marks=pytest.mark.stress),  # journal on disk, nothing moved
+    ("replaced-aside", "new"),  # between the two renames: the old model aside, the new one staged
     ("swapped-in", "new"),  # new model in place, old copy not yet deleted
 ])
 def test_replace_killed_at_each_step_leaves_one_verified_model_and_no_staging(
@@ -234,6 +236,57 @@ def test_replace_killed_at_each_step_leaves_one_verified_model_and_no_staging(
     assert listed[NAME]["installed"]
     want = weights_sha(blip_tiny_checkpoint if survivor == "old" else tiny_b)
     assert assert_one_verified_model(home) == want
+    assert leftovers(home) == []
+
+
+# The swap alone, in a child that does nothing else (no torch): the staged "model" is a manifest.
+_SWAP_A_STAGED_FOLDER_IN = r"""
+import sys
+from pathlib import Path
+from engine.config import get_paths
+from engine.models.install_state import Staging, swap_in
+from engine.models.manifest import MANIFEST_NAME
+paths = get_paths(sys.argv[1]).ensure()
+stage = Staging(paths, sys.argv[2])
+(stage.dir / MANIFEST_NAME).write_text('{"name": "%s", "staged": true}' % sys.argv[2], encoding="utf-8")
+swap_in(stage.dir, paths.models / sys.argv[2], paths, replace=True)
+stage.close()
+"""
+
+
+@pytest.mark.parametrize("step, survivor", [
+    ("journal-written", "old"),  # journal written, nothing moved: the replace is dropped
+    ("replaced-aside", "new"),  # between the renames: the journal names the staged folder, it goes in
+    ("swapped-in", "new"),  # only the old folder's removal was left
+])
+def test_replace_of_a_folder_without_manifest_killed_at_each_step_is_settled_from_the_journal(
+    tmp_path, step, survivor
+):
+    """The journal names the folders: the old one's contents are never needed to settle the swap.
+    (Guessed from the old folder's manifest, as before the journal, an old folder without one was
+    deleted between the renames and the staged model with it: the name ended with nothing.)"""
+    from engine.models.manifest import MANIFEST_NAME
+
+    home = tmp_path / "home"
+    old = get_paths(home).ensure().models / NAME
+    old.mkdir(parents=True)
+    (old / "notes.txt").write_text("a half-copied model, no manifest", encoding="utf-8")
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-c", _SWAP_A_STAGED_FOLDER_IN, str(home), NAME], cwd=ROOT,
+                            env={**child_env(home), "LONGLENS_TEST_INSTALL_PAUSE": f"{step}:{ready}"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wait_for(ready, proc)
+    kill(proc)
+    assert any(n.endswith(".swap-journal") for n in leftovers(home))
+    # Any start settles it: here the catalog's (Services), the cheapest real command.
+    result = subprocess.run([sys.executable, "-m", "engine", "libraries"], cwd=ROOT, env=child_env(home),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    if survivor == "new":
+        assert "staged" in (old / MANIFEST_NAME).read_text(encoding="utf-8")
+        assert not (old / "notes.txt").exists()
+    else:
+        assert (old / "notes.txt").is_file() and not (old / MANIFEST_NAME).exists()
     assert leftovers(home) == []
 
 
