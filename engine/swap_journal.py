@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import LonglensError
+from engine.jsonfile import loads_bounded
 
 try:
     import fcntl
@@ -150,7 +151,7 @@ def read_journal(target: Path, kind: str) -> Journal | None:
     try:
         if len(raw) > MAX_JOURNAL_BYTES:
             raise ValueError("too large")
-        data = json.loads(raw.decode("utf-8"))
+        data = loads_bounded(raw, path)  # its size is bounded by the read above
         if data["kind"] != kind or data["version"] != JOURNAL_VERSION:
             raise ValueError(f"a {data['kind']!r} journal, version {data['version']}")
         return Journal(path, kind, int(data["pid"]), float(data["created"]),
