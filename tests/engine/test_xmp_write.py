@@ -96,8 +96,12 @@ def test_a_new_review_of_a_caption_replaces_its_entry_and_keeps_the_others():
     root = ET.fromstring(second.text.encode())
     ll = f"{{{LONGLENS_NS}}}"
     entries = root.findall(f".//{ll}Reviews/{{{RDF}}}Bag/{{{RDF}}}li")
+    # The entry is replaced where it stands; the other caption's entry keeps its bytes.
     assert [(e.findtext(f"{ll}Caption"), e.findtext(f"{ll}Verdict")) for e in entries] == \
-           [("Other caption.", "unfaithful"), (REVIEW.caption, "unfaithful")]
+           [(REVIEW.caption, "unfaithful"), ("Other caption.", "unfaithful")]
+    other = first.text[first.text.index("<rdf:li rdf:parseType=\"Resource\">\n      <longlens:Caption>Other"):]
+    other = other[:other.index("</rdf:li>") + len("</rdf:li>")]
+    assert other in second.text
     assert root.find(f".//{ll}Reviews").findall(f"{{{RDF}}}Bag") and len(root.findall(f".//{ll}Reviews")) == 1
     _inserted_only(old, second.text)  # the tool's bytes still all there
 
@@ -148,6 +152,7 @@ def _library(folder: Path) -> dict[str, Path]:
 
 
 def _reviewed(cat: Catalog, folder: Path, pics: dict[str, Path]) -> Path:
+    cat.add_library(folder)  # sidecars are written only inside an indexed library
     captions = folder.parent / "captions.jsonl"
     lines = [{"image": str(p), "caption": f"Picture number {i}. It is plain."} for i, p in enumerate(pics.values())]
     lines.append({"image": str(pics["plain.jpg"]), "caption": "Never reviewed."})
