@@ -329,6 +329,14 @@ def _carried(text: str, li: _El) -> tuple[list[str], str]:
     return kept, decls
 
 
+def _as_written(r: CaptionReview) -> CaptionReview:
+    """`r` as the sidecar holds it (times to the second, as _format_time writes them)."""
+    at = _parse_time(_format_time(r.reviewed_at)) if r.reviewed_at is not None else None
+    return CaptionReview(r.caption, r.verdict or None, r.note or "", at,
+                         tuple(sorted((SentenceReview(s.index, s.text, s.verdict or None, s.note or "")
+                                       for s in r.sentences), key=lambda s: s.index)))
+
+
 def _merge_reviews(text: str, prop: _El, reviews: Sequence[CaptionReview], rdf_prefix: str, step: str, nl: str,
                    source: str, changes: list[str]) -> list[tuple[int, int, str]]:
     box = next((c for c in prop.children if c.uri == RDF and c.local in ("Bag", "Seq")), None)
@@ -349,7 +357,7 @@ def _merge_reviews(text: str, prop: _El, reviews: Sequence[CaptionReview], rdf_p
             appended.append(r)
             continue
         li, old = entries[r.caption]
-        if old == r:
+        if _as_written(old) == _as_written(r):
             continue  # already there (in whatever form): left as it is
         carried, decls = _carried(text, li)
         if llp is None and LONGLENS_NS not in decls:
