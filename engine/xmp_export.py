@@ -292,6 +292,7 @@ class _Prepared:
     identity: FileIdentity | None = None  # what they were, compared before the swap
     new: bytes | None = None  # None: nothing to write (unchanged or refused)
     backup: Path | None = None
+    recheck: bool = False  # refused for its content: read again under the lock before giving up
 
 
 def _read(target: SidecarTarget, change: SidecarChange) -> tuple[bytes | None, FileIdentity | None] | None:
@@ -308,6 +309,7 @@ def _read(target: SidecarTarget, change: SidecarChange) -> tuple[bytes | None, F
 def _merge(target: SidecarTarget, keywords: tuple[str, ...], old: bytes | None, change: SidecarChange) -> bytes | None:
     """The new bytes for this sidecar (None: unchanged, or refused with change.reason set)."""
     change.action = "update" if old is not None else "create"
+    change.reason = ""
     try:
         old_text = old.decode("utf-8") if old is not None else None
     except UnicodeDecodeError:
@@ -354,6 +356,9 @@ def _prepare(target: SidecarTarget, keywords: tuple[str, ...]) -> _Prepared:
         return p
     p.old, p.identity = got
     p.new = _merge(target, keywords, p.old, change)
+    # A sidecar refused for what it held may have been read while another writer was half-way
+    # through it (in place, not atomically): the swap reads it again under the lock.
+    p.recheck = p.new is None and change.action == "refused" and p.identity is not None
     return p
 
 
@@ -417,7 +422,9 @@ def _swap(p: _Prepared, keywords: tuple[str, ...], backups: _Backups) -> None:
             if p.new is None:
                 return
             if old is not None:
-                backups.write(p, old)
+                backups.write(p, old)  # the backup is what is replaced: taken again, under the lock
+        elif p.new is None:
+            return  # refused for what it holds, and it still holds that
         try:
             how = replace_user_file(target.sidecar, p.new, expected=p.identity, max_bytes=MAX_XMP_BYTES)
         except FileChangedError:
@@ -469,10 +476,10 @@ def export_xmp_job(plan: XmpExportPlan, *, backup_root: Path, dry_run: bool = Fa
 
 def _write(prepared: list[_Prepared], keywords: tuple[str, ...], backups: _Backups,
            cancel: CancelToken | None) -> Iterator[Progress]:
-    changing = [p for p in prepared if p.new is not None]
+    changing = [p for p in prepared if p.new is not None or p.recheck]
     # Phase 2: every backup on disk before the first change.
     for p in changing:
-        if p.old is None:
+        if p.old is None or p.new is None:
             continue
         try:
             backups.write(p, p.old)
