@@ -10,10 +10,21 @@ writes them). Where:
   darktable  IMG_0001.CR2.xmp (its whole name), as darktable and digiKam name theirs.
 
 An existing sidecar (any case of the name) is merged into at the text level, keeping every other
-byte; the previous file is copied into the home's data/xmp-backups/<run>/ first (with a
-manifest naming where each copy came from), and the new one replaces it atomically (temp file in
-the same folder, fsync, rename). Why backups in the home and not beside the picture: a
-`.xmp.bak` in the photo folder is one more file the user's other tools list or import.
+byte. Three phases: (1) read and merge every sidecar; (2) copy every one that will change into
+the home's data/xmp-backups/<run>/ (fsynced, with a manifest naming where each copy came from)
+before the first change, so a full disk stops the run with nothing changed; (3) swap each under
+its folder's lock (engine.fileutil.folder_write_lock, which every Longlens writer takes),
+compare-and-swap: a sidecar another program changed since phase 1 is merged again from its new
+content and backed up again (the backup is always what is replaced), then replaced by
+engine.fileutil.replace_user_file, which checks its identity once more right before the rename
+and keeps mode, owner, group, extended attributes and ACLs (or writes a hard-linked sidecar in
+place). Why backups in the home and not beside the picture: a `.xmp.bak` in the photo folder is
+one more file the user's other tools list or import.
+
+Only pictures inside an indexed library get a sidecar; with the darktable convention a picture of
+a RAW+JPEG pair indexed once, without a whole-name sidecar of its own, is merged into its
+partner's (IMG_0001.CR2.xmp), which the reader uses for it, instead of getting a new one that
+would hide it. A cancelled run says what it skipped (action "skipped", summary.cancelled).
 
 Never written: the picture itself (only a name ending in .xmp that is not the picture), a sidecar
 that is a link, a read-only sidecar, a Lightroom sidecar that belongs to another file of the

@@ -4,8 +4,8 @@ Only what Longlens owns is written: its own property (`longlens:Reviews`, namesp
 LONGLENS_NS) and entries added to the keyword lists (dc:subject, lr:hierarchicalSubject). Every
 other byte of an existing sidecar stays as it was: the packet is parsed (defusedxml, DTDs
 forbidden) to check it and to read what is there, then edited as text: new rdf:li lines are
-inserted into the keyword Bags after their last entry, and Longlens' own element is replaced
-whole or inserted after the last property of the rdf:Description. Why text and not parse +
+inserted into the keyword Bags after their last entry, and in Longlens' own element only the
+entry (rdf:li) of each exported caption is replaced, or a new one appended. Why text and not parse +
 re-serialise: ElementTree drops prefixes, comments, attribute order, the xpacket wrapper and
 every whitespace choice of the tool that wrote the file, so darktable's history or Lightroom's
 develop settings would come back rewritten; a text edit provably leaves them byte-identical
@@ -16,9 +16,13 @@ already declare them, so the Description's start tag is never rewritten (except 
 `<rdf:Description .../>`, which must be opened to take children).
 
 `longlens:Reviews` is an rdf:Bag with one entry per reviewed caption of the picture
-(Caption, Verdict, Note, ReviewedAt and the per-sentence Sentences Seq). An export replaces the
-entries of the captions it exports and keeps the others (a picture reviewed against two caption
-files keeps both).
+(Caption, Verdict, Note, ReviewedAt and the per-sentence Sentences Seq). Entries are recognised
+in every form a tool writes them: element form (rdf:parseType="Resource"; Longlens, exiftool),
+attribute form (`<rdf:li><rdf:Description longlens:Caption="..."/>`: exiv2, hence darktable) and
+Adobe's full form. An export leaves an entry that already says the same as it is, replaces a
+changed one where it stands (carrying over the fields it does not write, and comments), appends
+new ones, and keeps every other entry byte for byte (a picture reviewed against two caption files
+keeps both, whatever re-serialised the first).
 """
 
 from __future__ import annotations
