@@ -99,6 +99,31 @@ def test_two_exports_at_once_over_the_same_pictures_keep_both_reviews(tmp_path):
     assert len(runs) == 2 and all(len(json.loads((r / "manifest.json").read_text())) == 3 for r in runs)
 
 
+def test_the_folder_lock_excludes_another_process_whatever_path_leads_there(tmp_path):
+    """The lock every Longlens writer takes: held by a real second process, it keeps this one out,
+    also through a symbolic link to the folder (the lock is the folder's inode), and it is free
+    again the moment that process dies (kill -9: no stale lock)."""
+    from engine.fileutil import FolderLockTimeout, folder_write_lock
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    alias = tmp_path / "alias"
+    alias.symlink_to(folder)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, engine.fileutil as f\nwith f.folder_write_lock(sys.argv[1]):\n"
+         "    print('held', flush=True)\n    sys.stdin.read()", str(folder)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert holder.stdout.readline().strip() == "held"
+    for path in (folder, alias):
+        with pytest.raises(FolderLockTimeout, match="another Longlens process"):
+            with folder_write_lock(path, timeout=0.2):
+                pass
+    holder.kill()
+    holder.wait()
+    with folder_write_lock(alias, timeout=5):
+        assert list(folder.iterdir()) == []  # no lock file in the photo folder
+
+
 # --------------------------------------------------------------------------- class 37: file identity
 
 
