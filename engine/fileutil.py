@@ -570,7 +570,9 @@ def copy_file_identity(src: os.PathLike[str] | str, src_stat: os.stat_result, ds
     try:
         os.fchmod(dst_fd, stat.S_IMODE(src_stat.st_mode))  # last: fchown clears set-id bits, an ACL sets the group's
     except OSError:
-        lost.append(f"mode {stat.S_IMODE(src_stat.st_mode):o}")
+        # Some file systems (FAT, exFAT on a memory card) have no modes to set: lost only if it differs.
+        if stat.S_IMODE(os.fstat(dst_fd).st_mode) != stat.S_IMODE(src_stat.st_mode):
+            lost.append(f"mode {stat.S_IMODE(src_stat.st_mode):o}")
     return lost
 
 
