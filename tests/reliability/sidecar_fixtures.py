@@ -96,22 +96,26 @@ def make_library(tmp_path: Path, n: int = 3, *, existing: bool = True) -> Librar
 
 
 def reviewed_captions(lib: Library, name: str, caption: str, note: str = "fine",
-                      pictures: list[Path] | None = None) -> Path:
+                      pictures: list[Path] | None = None, sentence: int | None = None) -> Path:
     """A caption file giving every picture `caption` (`{name}` and the picture's name filled in),
     each reviewed (verdict and note) in the library's catalog."""
     path = lib.home.parent / f"{name}.jsonl"
     pics = lib.pictures if pictures is None else pictures
     path.write_text("".join(json.dumps({"image": str(p), "caption": caption.format(name=name, pic=p.name)}) + "\n"
                             for p in pics), encoding="utf-8")
-    set_review(lib, path, note)
+    set_review(lib, path, note, sentence=sentence)
     return path
 
 
-def set_review(lib: Library, captions: Path, note: str, verdict: str = "faithful") -> None:
+def set_review(lib: Library, captions: Path, note: str, verdict: str = "faithful", sentence: int | None = None) -> None:
+    """Every item reviewed: a verdict and note for the caption, and with `sentence` one for that
+    sentence too (the entry then has a Sentences list, which exiv2 writes as a nested struct)."""
     with Catalog(get_paths(str(lib.home)).catalog) as cat:
         session = review.open_session(cat, captions)
         for item in review.session_items(cat, session):
             review.set_verdict(cat, item.id, None, verdict, note)
+            if sentence is not None:
+                review.set_verdict(cat, item.id, sentence, "unfaithful", "this sentence is off")
 
 
 class Export:
