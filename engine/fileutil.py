@@ -343,7 +343,7 @@ def sha256_file(
 # owner, cluster jobs); the kernel releases it when the process dies (kill -9 leaves no stale
 # lock); over NFS Linux maps it onto the server's byte-range locks. It is advisory: another
 # program (darktable, a sync client) ignores it, which is why the content is re-checked right
-# before the replace as well. The lock is held only for the short swap of one folder's files.
+# before the replace as well. The lock is held only for the swap of one file.
 
 TEMP_PREFIX = ".longlens-tmp-"  # every temporary file Longlens makes in a user's folder starts so
 STALE_TEMP_SECONDS = 3600.0  # a temporary file older than this is stale even if its pid is alive (pid reuse)

@@ -510,46 +510,44 @@ def _backup_failed(backups: _Backups, p: _Prepared, exc: OSError) -> None:
 
 def _swap_all(prepared: list[_Prepared], changing: list[_Prepared], keywords: tuple[str, ...], backups: _Backups,
               cancel: CancelToken | None) -> Iterator[Progress]:
-    # Phase 3: swap each, under its folder's lock. Stale temporary files a killed export left in
-    # each folder go first.
-    folders = list(dict.fromkeys(p.target.sidecar.parent for p in prepared))
-    by_folder = {f: [p for p in changing if p.target.sidecar.parent == f] for f in folders}
+    # Phase 3: swap each, holding its folder's lock for that one sidecar only (another Longlens
+    # writer in the same folder waits milliseconds, not the length of this export). Stale
+    # temporary files a killed export left in a folder go the first time its lock is held.
+    cleaned: set[Path] = set()
     done = 0
     stop = ""
-    for folder in folders:
+    for p in changing:
+        folder = p.target.sidecar.parent
         if not stop and cancel is not None and cancel.cancelled:
             stop = "not written: the export was cancelled"
         if stop:
-            for p in by_folder[folder]:
-                _skip(p, stop)
+            _skip(p, stop)
+            continue
+        try:
+            with folder_write_lock(folder, cancel=cancel):
+                if folder not in cleaned:
+                    remove_stale_temp_files(folder)
+                    cleaned.add(folder)
+                _swap(p, keywords, backups)
+        except FolderLockTimeout as exc:
+            p.change.action, p.change.reason, p.change.backup = "refused", f"{exc}; not changed", None
+        except JobCancelled:
+            stop = "not written: the export was cancelled"
+            _skip(p, stop)
+            continue
+        except OSError as exc:
+            p.change.action, p.change.backup = "refused", None
+            p.change.reason = f"{p.target.sidecar}: cannot be written ({exc.strerror or exc}); not changed"
+            if exc.errno in _DISK_FULL:
+                stop = "not written: the disk is full (an earlier sidecar could not be written)"
+        done += 1
+        yield Progress("sidecars", done, len(changing), message=p.target.sidecar.name)
+    # Folders where nothing changes still lose a killed export's leftovers.
+    for folder in dict.fromkeys(p.target.sidecar.parent for p in prepared):
+        if folder in cleaned or stop:
             continue
         try:
             with folder_write_lock(folder, cancel=cancel):
                 remove_stale_temp_files(folder)
-                for p in by_folder[folder]:
-                    if stop or (cancel is not None and cancel.cancelled):
-                        stop = stop or "not written: the export was cancelled"
-                        _skip(p, stop)
-                        continue
-                    try:
-                        _swap(p, keywords, backups)
-                    except OSError as exc:
-                        p.change.action = "refused"
-                        p.change.reason = f"{p.target.sidecar}: cannot be written ({exc.strerror or exc}); not changed"
-                        if exc.errno in _DISK_FULL:
-                            stop = "not written: the disk is full (an earlier sidecar could not be written)"
-                    done += 1
-                    yield Progress("sidecars", done, len(changing), message=p.target.sidecar.name)
-        except FolderLockTimeout as exc:
-            for p in by_folder[folder]:
-                if p.change.action in ("create", "update"):
-                    p.change.action, p.change.reason = "refused", f"{exc}; not changed"
-        except JobCancelled:
-            stop = "not written: the export was cancelled"
-            for p in by_folder[folder]:
-                _skip(p, stop)
-        except OSError as exc:  # the folder itself cannot be opened
-            for p in by_folder[folder]:
-                if p.change.action in ("create", "update"):
-                    p.change.action = "refused"
-                    p.change.reason = f"{folder}: cannot be written ({exc.strerror or exc}); not changed"
+        except (OSError, JobCancelled):
+            pass  # nothing was to be written there; the next export tries again
