@@ -10,10 +10,21 @@ writes them). Where:
   darktable  IMG_0001.CR2.xmp (its whole name), as darktable and digiKam name theirs.
 
 An existing sidecar (any case of the name) is merged into at the text level, keeping every other
-byte; the previous file is copied into the home's data/xmp-backups/<run>/ first (with a
-manifest naming where each copy came from), and the new one replaces it atomically (temp file in
-the same folder, fsync, rename). Why backups in the home and not beside the picture: a
-`.xmp.bak` in the photo folder is one more file the user's other tools list or import.
+byte. Three phases: (1) read and merge every sidecar; (2) copy every one that will change into
+the home's data/xmp-backups/<run>/ (fsynced, with a manifest naming where each copy came from)
+before the first change, so a full disk stops the run with nothing changed; (3) swap each under
+its folder's lock (engine.fileutil.folder_write_lock, which every Longlens writer takes),
+compare-and-swap: a sidecar another program changed since phase 1 is merged again from its new
+content and backed up again (the backup is always what is replaced), then replaced by
+engine.fileutil.replace_user_file, which checks its identity once more right before the rename
+and keeps mode, owner, group, extended attributes and ACLs (or writes a hard-linked sidecar in
+place). Why backups in the home and not beside the picture: a `.xmp.bak` in the photo folder is
+one more file the user's other tools list or import.
+
+Only pictures inside an indexed library get a sidecar; with the darktable convention a picture of
+a RAW+JPEG pair indexed once, without a whole-name sidecar of its own, is merged into its
+partner's (IMG_0001.CR2.xmp), which the reader uses for it, instead of getting a new one that
+would hide it. A cancelled run says what it skipped (action "skipped", summary.cancelled).
 
 Never written: the picture itself (only a name ending in .xmp that is not the picture), a sidecar
 that is a link, a read-only sidecar, a Lightroom sidecar that belongs to another file of the
@@ -26,8 +37,10 @@ merges exactly as the export would and lists what would change, writing nothing.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import stat
 import time
 from collections.abc import Iterator, Sequence
@@ -35,8 +48,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.catalog import Catalog
-from engine.errors import LonglensError
-from engine.fileutil import FileTooLargeError, NotARegularFileError, atomic_write_bytes, read_user_file
+from engine.errors import JobCancelled, LonglensError
+from engine.fileutil import (
+    FileChangedError,
+    FileIdentity,
+    FileTooLargeError,
+    FolderLockTimeout,
+    NotARegularFileError,
+    atomic_write_bytes,
+    folder_write_lock,
+    read_user_file,
+    read_with_identity,
+    remove_stale_temp_files,
+    replace_user_file,
+)
 from engine.jobs import CancelToken, Progress
 from engine.metadata.xmp import MAX_XMP_BYTES, XmpError, normalise_keyword, parse_xmp
 from engine.metadata.xmp_write import CaptionReview, SentenceReview, merge_sidecar
@@ -59,6 +84,7 @@ class SidecarTarget:
     # darktable convention: the picture's stem sidecar (IMG_0001.xmp), which a new whole-name
     # sidecar would hide from the reader (engine.metadata.photo: the whole name wins)
     stem_sidecar: Path | None = None
+    note: str = ""  # said with the changes (e.g. which file of a RAW+JPEG pair the sidecar is of)
 
 
 @dataclass
@@ -67,7 +93,7 @@ class SidecarChange:
 
     picture: str
     sidecar: str
-    action: str  # "create" | "update" | "unchanged" | "refused"
+    action: str  # "create" | "update" | "unchanged" | "refused" | "skipped" (not done: cancelled, disk full)
     changes: list[str] = field(default_factory=list)
     reason: str = ""
     backup: str | None = None
@@ -92,6 +118,7 @@ class XmpExportSummary:
     dry_run: bool
     results: list[SidecarChange]
     backup_folder: str | None = None
+    cancelled: bool = False  # stopped part-way: the "skipped" ones were not written
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -100,8 +127,8 @@ class XmpExportSummary:
         return out
 
     def as_dict(self) -> dict:
-        return {"dry_run": self.dry_run, "counts": self.counts(), "backup_folder": self.backup_folder,
-                "sidecars": [r.as_dict() for r in self.results]}
+        return {"dry_run": self.dry_run, "cancelled": self.cancelled, "counts": self.counts(),
+                "backup_folder": self.backup_folder, "sidecars": [r.as_dict() for r in self.results]}
 
 
 # --------------------------------------------------------------------------- planning
@@ -172,11 +199,23 @@ def plan_xmp_export(catalog: Catalog, caption_file: Path | str, *, convention: s
     listing: dict[Path, dict[str, str]] = {}
     taken: dict[Path, str] = {}
     read_only: dict[Path, str] = {}
+    roots = [os.path.realpath(lib.root) for lib in catalog.libraries()]
     for picture_s, reviews in by_picture.items():
         picture = Path(picture_s)
         folder = picture.parent
         base = picture.stem if convention == "lightroom" else picture.name
         sidecar = folder / _existing_name(folder, base + ".xmp", listing)
+        outside = _outside_libraries(picture, roots)
+        if outside is not None:
+            plan.refused.append(SidecarChange(str(picture), str(sidecar), "refused", reason=outside))
+            continue
+        note = ""
+        if convention == "darktable" and not os.path.lexists(sidecar):
+            pair = _pair_sidecar(catalog, picture, listing)
+            if pair is not None:
+                sidecar, partner = pair
+                note = (f"{sidecar.name} is the sidecar of the pair's {partner}, which Longlens reads for "
+                        f"{picture.name}: merged into it (a new {picture.name}.xmp would hide it)")
         refused = _refusal(picture, sidecar, taken)
         if refused is not None:
             plan.refused.append(SidecarChange(str(picture), str(sidecar), "refused", reason=refused))
@@ -189,12 +228,42 @@ def plan_xmp_export(catalog: Catalog, caption_file: Path | str, *, convention: s
         stem = folder / _existing_name(folder, picture.stem + ".xmp", listing)
         plan.targets.append(SidecarTarget(
             picture, sidecar, tuple(reviews), picture.suffix.lstrip(".") if convention == "lightroom" else None,
-            stem if convention == "darktable" and stem.exists() else None))
+            stem if convention == "darktable" and stem.exists() else None, note))
     if read_only:
         listed = "; ".join(f"{f} {why}" for f, why in sorted(read_only.items()))
         raise XmpExportError(f"refused: the library is read-only, so no sidecar is written ({listed}). "
                              "Nothing was changed; make the folder writable to export there.")
     return plan
+
+
+def _outside_libraries(picture: Path, roots: Sequence[str]) -> str | None:
+    """Why no sidecar may be written beside `picture`, or None: sidecars are written only inside an
+    indexed library (a caption file may name any path, `../` included)."""
+    folder = os.path.realpath(picture.parent)  # links and `..` resolved: where the file would land
+    for root in roots:
+        if folder == root or folder.startswith(root.rstrip(os.sep) + os.sep):
+            return None
+    return (f"{picture} is outside every indexed library; Longlens writes sidecars only beside pictures "
+            "of a library it indexes. Not written")
+
+
+def _pair_sidecar(catalog: Catalog, picture: Path, listing: dict[Path, dict[str, str]]) -> tuple[Path, str] | None:
+    """The whole-name sidecar of the other file of a RAW+JPEG pair indexed once (IMG_0001.CR2.xmp
+    for IMG_0001.JPG): Longlens' reader uses it for this picture when the picture has no
+    whole-name sidecar of its own (engine.metadata.photo), so a new IMG_0001.JPG.xmp would hide
+    it, keywords and rating included. None when there is no such file, or when the other file is
+    indexed itself (pairs indexed both ways: each has its own sidecar)."""
+    folder = picture.parent
+    _existing_name(folder, picture.name, listing)  # fills the folder's listing
+    names = listing.get(folder, {})
+    stem = picture.stem.casefold()
+    for key, name in sorted(names.items()):
+        if key == picture.name.casefold() or key.endswith(".xmp") or os.path.splitext(key)[0] != stem:
+            continue
+        sidecar = names.get(f"{key}.xmp")
+        if sidecar is not None and catalog.image_at(folder / name) is None:
+            return folder / sidecar, name
+    return None
 
 
 def _refusal(picture: Path, sidecar: Path, taken: dict[Path, str]) -> str | None:
@@ -220,24 +289,43 @@ def _refusal(picture: Path, sidecar: Path, taken: dict[Path, str]) -> str | None
 
 # --------------------------------------------------------------------------- the job
 
+MERGE_ATTEMPTS = 3  # merges again from what another program wrote meanwhile, then refuses the file
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
-def _prepare(target: SidecarTarget, keywords: tuple[str, ...]) -> tuple[SidecarChange, bytes | None, bytes | None]:
-    """(what changes, the sidecar's current bytes or None, the new bytes or None when unchanged)."""
-    change = SidecarChange(str(target.picture), str(target.sidecar), "create")
-    old: bytes | None = None
+
+@dataclass
+class _Prepared:
+    """One sidecar read and merged (phase 1): what it was and what it becomes."""
+
+    target: SidecarTarget
+    change: SidecarChange
+    old: bytes | None = None  # the bytes read (None: no sidecar yet)
+    identity: FileIdentity | None = None  # what they were, compared before the swap
+    new: bytes | None = None  # None: nothing to write (unchanged or refused)
+    backup: Path | None = None
+    recheck: bool = False  # refused for its content: read again under the lock before giving up
+
+
+def _read(target: SidecarTarget, change: SidecarChange) -> tuple[bytes | None, FileIdentity | None] | None:
+    """The sidecar's bytes and identity ((None, None): there is none); None when refused."""
     try:
-        old = read_user_file(target.sidecar, max_bytes=MAX_XMP_BYTES, follow_symlinks=False)
-        change.action = "update"
+        return read_with_identity(target.sidecar, max_bytes=MAX_XMP_BYTES)
     except FileNotFoundError:
-        pass
+        return None, None
     except (FileTooLargeError, NotARegularFileError, OSError) as exc:
         change.action, change.reason = "refused", f"{target.sidecar.name}: cannot be read ({exc}); not changed"
-        return change, None, None
+        return None
+
+
+def _merge(target: SidecarTarget, keywords: tuple[str, ...], old: bytes | None, change: SidecarChange) -> bytes | None:
+    """The new bytes for this sidecar (None: unchanged, or refused with change.reason set)."""
+    change.action = "update" if old is not None else "create"
+    change.reason = ""
     try:
         old_text = old.decode("utf-8") if old is not None else None
     except UnicodeDecodeError:
         change.action, change.reason = "refused", f"{target.sidecar.name}: not UTF-8; not changed"
-        return change, None, None
+        return None
     subjects = [level for k in keywords for level in k.split("|")]
     try:
         if old is not None and target.sidecar_for:
@@ -246,7 +334,7 @@ def _prepare(target: SidecarTarget, keywords: tuple[str, ...]) -> tuple[SidecarC
                 change.action = "refused"
                 change.reason = (f"{target.sidecar.name} belongs to the {marked} file of that name "
                                  "(photoshop:SidecarForExtension); not changed")
-                return change, None, None
+                return None
         if old is None and target.stem_sidecar is not None:
             stem = read_user_file(target.stem_sidecar, max_bytes=MAX_XMP_BYTES, follow_symlinks=False)
             marked = parse_xmp(stem, target.stem_sidecar.name).sidecar_for
@@ -255,52 +343,211 @@ def _prepare(target: SidecarTarget, keywords: tuple[str, ...]) -> tuple[SidecarC
                 change.reason = (f"{target.stem_sidecar.name} (Lightroom's convention) holds this picture's metadata; "
                                  f"a new {target.sidecar.name} would hide it from Longlens' reader. Export with the "
                                  "lightroom convention to merge into it")
-                return change, None, None
+                return None
         merged = merge_sidecar(old_text, target.sidecar.name, reviews=target.reviews, subjects=subjects,
                                paths=[k for k in keywords if "|" in k], sidecar_for=target.sidecar_for)
     except XmpError as exc:
         change.action, change.reason = "refused", str(exc)
-        return change, None, None
-    change.changes = merged.changes
+        return None
+    except (FileNotFoundError, FileTooLargeError, NotARegularFileError, OSError) as exc:
+        change.action, change.reason = "refused", f"{target.stem_sidecar}: cannot be read ({exc}); not changed"
+        return None
+    change.changes = merged.changes + ([target.note] if target.note else [])
     if old_text is not None and merged.text == old_text:
         change.action = "unchanged"
-        return change, old, None
-    return change, old, merged.text.encode("utf-8")
+        return None
+    return merged.text.encode("utf-8")
+
+
+def _prepare(target: SidecarTarget, keywords: tuple[str, ...]) -> _Prepared:
+    change = SidecarChange(str(target.picture), str(target.sidecar), "create")
+    p = _Prepared(target, change)
+    got = _read(target, change)
+    if got is None:
+        return p
+    p.old, p.identity = got
+    p.new = _merge(target, keywords, p.old, change)
+    # A sidecar refused for what it held may have been read while another writer was half-way
+    # through it (in place, not atomically): the swap reads it again under the lock.
+    p.recheck = p.new is None and change.action == "refused" and p.identity is not None
+    return p
+
+
+def _new_run_folder(backup_root: Path) -> Path:
+    """A backup folder of this run's own: made exclusively, so two exports started in the same
+    second never write into one folder (each would overwrite the other's copies and manifest)."""
+    parent = backup_root / BACKUP_FOLDER
+    parent.mkdir(parents=True, exist_ok=True)
+    base = time.strftime("%Y%m%dT%H%M%S")
+    for n in range(1, 10_000):
+        folder = parent / (base if n == 1 else f"{base}-{n}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise XmpExportError(f"cannot make a backup folder in {parent}")
+
+
+class _Backups:
+    """The run's backup folder: every copy is written and fsynced (atomic_write_bytes) before the
+    sidecar it copies is changed, and the manifest names where each came from."""
+
+    def __init__(self, backup_root: Path) -> None:
+        self.backup_root = backup_root
+        self.folder: Path | None = None
+        self.manifest: dict[str, str] = {}
+
+    def write(self, p: _Prepared, data: bytes) -> None:
+        if self.folder is None:
+            self.folder = _new_run_folder(self.backup_root)
+        if p.backup is None:
+            p.backup = self.folder / f"{len(self.manifest) + 1:05d}-{p.target.sidecar.name}"
+        atomic_write_bytes(p.backup, data)  # again when the sidecar changed: the copy is what is replaced
+        self.manifest[p.backup.name] = str(p.target.sidecar)
+        atomic_write_bytes(self.folder / "manifest.json",
+                           (json.dumps(self.manifest, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+        p.change.backup = str(p.backup)
+
+
+def _skip(p: _Prepared, why: str) -> None:
+    if p.change.action in ("create", "update"):
+        p.change.action, p.change.reason, p.change.backup = "skipped", why, None
+
+
+def _swap(p: _Prepared, keywords: tuple[str, ...], backups: _Backups) -> None:
+    """Phase 3 for one sidecar, holding its folder's lock: compare-and-swap. The sidecar is read
+    again; if it is not what phase 1 read, the merge is done again from what is there now (and
+    that is backed up); replace_user_file checks it once more right before the replace."""
+    target, change = p.target, p.change
+    for _attempt in range(MERGE_ATTEMPTS):
+        got = _read(target, change)
+        if got is None:
+            return
+        old, identity = got
+        if identity != p.identity:
+            # Another program wrote it since it was read: its edit is merged, never overwritten.
+            p.old, p.identity = old, identity
+            p.new = _merge(target, keywords, old, change)
+            change.changes.append("merged again: the sidecar changed while Longlens was working")
+            if p.new is None:
+                return
+            if old is not None:
+                backups.write(p, old)  # the backup is what is replaced: taken again, under the lock
+        elif p.new is None:
+            return  # refused for what it holds, and it still holds that
+        try:
+            how = replace_user_file(target.sidecar, p.new, expected=p.identity, max_bytes=MAX_XMP_BYTES)
+        except FileChangedError:
+            continue
+        if how == "written in place":
+            change.changes.append("written in place (a hard-linked sidecar, or one whose owner this user "
+                                  "cannot keep): every name and attribute stays")
+        return
+    change.action = "refused"
+    change.reason = (f"{target.sidecar.name} changed {MERGE_ATTEMPTS} times while Longlens was writing it "
+                     "(another program keeps writing it); not changed")
+    change.backup = None
 
 
 def export_xmp_job(plan: XmpExportPlan, *, backup_root: Path, dry_run: bool = False,
                    cancel: CancelToken | None = None) -> Iterator[Progress]:
-    """Write (or, in a dry run, only work out) each planned sidecar. The last Progress carries
-    the XmpExportSummary in extra["summary"]. Cancelling stops between sidecars; those written
-    stay written (each is whole, and backed up)."""
-    results: list[SidecarChange] = list(plan.refused)
+    """Write (or, in a dry run, only work out) each planned sidecar, in three phases: read and
+    merge every sidecar; back up (fsynced) every one that will change; then swap each under its
+    folder's lock, compare-and-swap (another program's edit since phase 1 is merged again, never
+    lost). A full disk while backing up stops the run before any sidecar changed (XmpExportError).
+    Cancelling stops between sidecars: those written stay written (each whole, and backed up), the
+    rest are "skipped" and the summary says the run was cancelled. The last Progress carries the
+    XmpExportSummary in extra["summary"]."""
     total = len(plan.targets)
-    run_folder: Path | None = None
-    manifest: dict[str, str] = {}
-    yield Progress("sidecars", 0, total)
+    prepared: list[_Prepared] = []
+    cancelled = False
+    yield Progress("reading", 0, total)
     for n, target in enumerate(plan.targets, 1):
         if cancel is not None and cancel.cancelled:
+            cancelled = True
             break
-        change, old, new = _prepare(target, plan.keywords)
-        if new is not None and not dry_run:
-            if old is not None:
-                if run_folder is None:
-                    run_folder = backup_root / BACKUP_FOLDER / time.strftime("%Y%m%dT%H%M%S")
-                    suffix = 1
-                    while run_folder.exists():
-                        suffix += 1
-                        run_folder = run_folder.with_name(f"{run_folder.name.split('-')[0]}-{suffix}")
-                backup = run_folder / f"{len(manifest) + 1:05d}-{target.sidecar.name}"
-                atomic_write_bytes(backup, old)
-                manifest[backup.name] = str(target.sidecar)
-                atomic_write_bytes(run_folder / "manifest.json",
-                                   (json.dumps(manifest, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
-                change.backup = str(backup)
-            try:
-                atomic_write_bytes(target.sidecar, new)
-            except OSError as exc:
-                change.action, change.reason = "refused", f"{target.sidecar}: cannot be written ({exc.strerror or exc})"
-        results.append(change)
-        yield Progress("sidecars", n, total, message=target.sidecar.name)
-    summary = XmpExportSummary(dry_run, results, str(run_folder) if run_folder else None)
+        prepared.append(_prepare(target, plan.keywords))
+        yield Progress("reading", n, total, message=target.sidecar.name)
+    for target in plan.targets[len(prepared):]:
+        p = _Prepared(target, SidecarChange(str(target.picture), str(target.sidecar), "create"))
+        _skip(p, "not read: the export was cancelled")
+        prepared.append(p)
+    backups = _Backups(backup_root)
+    if not dry_run and not cancelled:
+        yield from _write(prepared, plan.keywords, backups, cancel)
+        cancelled = any(p.change.action == "skipped" and "cancelled" in p.change.reason for p in prepared)
+    elif not dry_run:
+        for p in prepared:
+            _skip(p, "not written: the export was cancelled")
+    results = list(plan.refused) + [p.change for p in prepared]
+    summary = XmpExportSummary(dry_run, results, str(backups.folder) if backups.folder else None, cancelled=cancelled)
     yield Progress("done", total, total, extra={"summary": summary})
+
+
+def _write(prepared: list[_Prepared], keywords: tuple[str, ...], backups: _Backups,
+           cancel: CancelToken | None) -> Iterator[Progress]:
+    changing = [p for p in prepared if p.new is not None or p.recheck]
+    # Phase 2: every backup on disk before the first change.
+    for p in changing:
+        if p.old is None or p.new is None:
+            continue
+        try:
+            backups.write(p, p.old)
+        except OSError as exc:
+            _backup_failed(backups, p, exc)
+    yield from _swap_all(prepared, changing, keywords, backups, cancel)
+
+
+def _backup_failed(backups: _Backups, p: _Prepared, exc: OSError) -> None:
+    if backups.folder is not None:
+        shutil.rmtree(backups.folder, ignore_errors=True)  # copies of files left untouched
+    raise XmpExportError(
+        f"the backup of {p.target.sidecar} could not be written in {backups.backup_root / BACKUP_FOLDER} "
+        f"({exc.strerror or exc}); no sidecar was changed. Free some space there and export again."
+    ) from None
+
+
+def _swap_all(prepared: list[_Prepared], changing: list[_Prepared], keywords: tuple[str, ...], backups: _Backups,
+              cancel: CancelToken | None) -> Iterator[Progress]:
+    # Phase 3: swap each, holding its folder's lock for that one sidecar only (another Longlens
+    # writer in the same folder waits milliseconds, not the length of this export). Stale
+    # temporary files a killed export left in a folder go the first time its lock is held.
+    cleaned: set[Path] = set()
+    done = 0
+    stop = ""
+    for p in changing:
+        folder = p.target.sidecar.parent
+        if not stop and cancel is not None and cancel.cancelled:
+            stop = "not written: the export was cancelled"
+        if stop:
+            _skip(p, stop)
+            continue
+        try:
+            with folder_write_lock(folder, cancel=cancel):
+                if folder not in cleaned:
+                    remove_stale_temp_files(folder)
+                    cleaned.add(folder)
+                _swap(p, keywords, backups)
+        except FolderLockTimeout as exc:
+            p.change.action, p.change.reason, p.change.backup = "refused", f"{exc}; not changed", None
+        except JobCancelled:
+            stop = "not written: the export was cancelled"
+            _skip(p, stop)
+            continue
+        except OSError as exc:
+            p.change.action, p.change.backup = "refused", None
+            p.change.reason = f"{p.target.sidecar}: cannot be written ({exc.strerror or exc}); not changed"
+            if exc.errno in _DISK_FULL:
+                stop = "not written: the disk is full (an earlier sidecar could not be written)"
+        done += 1
+        yield Progress("sidecars", done, len(changing), message=p.target.sidecar.name)
+    # Folders where nothing changes still lose a killed export's leftovers.
+    for folder in dict.fromkeys(p.target.sidecar.parent for p in prepared):
+        if folder in cleaned or stop:
+            continue
+        try:
+            with folder_write_lock(folder, cancel=cancel):
+                remove_stale_temp_files(folder)
+        except (OSError, JobCancelled):
+            pass  # nothing was to be written there; the next export tries again

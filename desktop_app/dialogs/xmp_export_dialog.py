@@ -38,8 +38,10 @@ CONVENTION_LABELS = {
 }
 # What the list says for each engine action, before (dry run) and after writing.
 ACTION_WORDS = {
-    True: {"create": "would create", "update": "would update", "unchanged": "unchanged", "refused": "REFUSED"},
-    False: {"create": "created", "update": "updated", "unchanged": "unchanged", "refused": "REFUSED"},
+    True: {"create": "would create", "update": "would update", "unchanged": "unchanged", "refused": "REFUSED",
+           "skipped": "SKIPPED"},
+    False: {"create": "created", "update": "updated", "unchanged": "unchanged", "refused": "REFUSED",
+            "skipped": "SKIPPED, not written"},
 }
 
 
@@ -204,7 +206,7 @@ class XmpExportDialog(QDialog):
         self.list.setPlainText(self.listing(summary))
         counts = summary.counts()
         words = ACTION_WORDS[dry_run]
-        counted = ", ".join(f"{words[a]} {counts[a]}" for a in ("create", "update", "unchanged", "refused")
+        counted = ", ".join(f"{words[a]} {counts[a]}" for a in ("create", "update", "unchanged", "refused", "skipped")
                             if counts.get(a))
         skipped = getattr(plan, "items_without_review", 0)
         tail = f"; {skipped} item(s) without a verdict or note are left out" if skipped else ""
@@ -216,13 +218,13 @@ class XmpExportDialog(QDialog):
                 text = f"Dry run: nothing to write ({counted}){tail}."
         else:
             self.previewed = None
-            cancelled = self.job is not None and self.job.token.cancelled
+            cancelled = summary.cancelled or (self.job is not None and self.job.token.cancelled)
             text = (("Cancelled; the sidecars written so far are whole and backed up: " if cancelled else "Done: ")
                     + counted + tail + ".")
             if summary.backup_folder:
                 text += f" Previous sidecars backed up in {display_text(summary.backup_folder)}."
         self.status.setText(text)
-        refused = counts.get("refused")
+        refused = counts.get("refused") or counts.get("skipped")
         self.status.setStyleSheet(f"color: {theme.warning_colour()};" if refused else "")
 
     @staticmethod

@@ -42,14 +42,14 @@ def cmd_xmp_export(args: argparse.Namespace) -> int:
                                                          cancel=tok), quiet=True)
     summary = last.extra["summary"] if last is not None and "summary" in last.extra else None
     if summary is None:
-        print("interrupted; the sidecars written so far are whole and backed up")
+        print("interrupted; the sidecars written so far are whole and backed up; the rest were skipped, not written")
         return 130
     if args.json:
         common.print_json(summary.as_dict())
     else:
         verb = {"create": "would create" if args.dry_run else "created",
                 "update": "would update" if args.dry_run else "updated",
-                "unchanged": "unchanged", "refused": "REFUSED"}
+                "unchanged": "unchanged", "refused": "REFUSED", "skipped": "SKIPPED"}
         for r in summary.results:
             print(f"{verb[r.action]:13} {r.sidecar}  (for {r.picture})")
             for c in r.changes:
@@ -61,4 +61,12 @@ def cmd_xmp_export(args: argparse.Namespace) -> int:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts().items()))
         print(("dry run, nothing written: " if args.dry_run else "") + counts
               + (f"; items without a verdict or note: {plan.items_without_review}" if plan.items_without_review else ""))
-    return 1 if any(r.action == "refused" for r in summary.results) else 0
+        skipped = summary.counts().get("skipped", 0)
+        if summary.cancelled or skipped:
+            written = sum(summary.counts().get(a, 0) for a in ("create", "update"))
+            print(("interrupted: " if summary.cancelled else "stopped: ")
+                  + f"{written} sidecar(s) written (each whole, and backed up), {skipped} skipped, not written")
+    # Exit status: 130 for a cancelled run (Ctrl+C), 1 when any sidecar was refused or skipped.
+    if summary.cancelled:
+        return 130
+    return 1 if any(r.action in ("refused", "skipped") for r in summary.results) else 0

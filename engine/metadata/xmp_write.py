@@ -4,8 +4,8 @@ Only what Longlens owns is written: its own property (`longlens:Reviews`, namesp
 LONGLENS_NS) and entries added to the keyword lists (dc:subject, lr:hierarchicalSubject). Every
 other byte of an existing sidecar stays as it was: the packet is parsed (defusedxml, DTDs
 forbidden) to check it and to read what is there, then edited as text: new rdf:li lines are
-inserted into the keyword Bags after their last entry, and Longlens' own element is replaced
-whole or inserted after the last property of the rdf:Description. Why text and not parse +
+inserted into the keyword Bags after their last entry, and in Longlens' own element only the
+entry (rdf:li) of each exported caption is replaced, or a new one appended. Why text and not parse +
 re-serialise: ElementTree drops prefixes, comments, attribute order, the xpacket wrapper and
 every whitespace choice of the tool that wrote the file, so darktable's history or Lightroom's
 develop settings would come back rewritten; a text edit provably leaves them byte-identical
@@ -16,9 +16,13 @@ already declare them, so the Description's start tag is never rewritten (except 
 `<rdf:Description .../>`, which must be opened to take children).
 
 `longlens:Reviews` is an rdf:Bag with one entry per reviewed caption of the picture
-(Caption, Verdict, Note, ReviewedAt and the per-sentence Sentences Seq). An export replaces the
-entries of the captions it exports and keeps the others (a picture reviewed against two caption
-files keeps both).
+(Caption, Verdict, Note, ReviewedAt and the per-sentence Sentences Seq). Entries are recognised
+in every form a tool writes them: element form (rdf:parseType="Resource"; Longlens, exiftool),
+attribute form (`<rdf:li><rdf:Description longlens:Caption="..."/>`: exiv2, hence darktable) and
+Adobe's full form. An export leaves an entry that already says the same as it is, replaces a
+changed one where it stands (carrying over the fields it does not write, and comments), appends
+new ones, and keeps every other entry byte for byte (a picture reviewed against two caption files
+keeps both, whatever re-serialised the first).
 """
 
 from __future__ import annotations
@@ -186,30 +190,64 @@ def new_sidecar_text(sidecar_for: str | None) -> str:
     )
 
 
-def _existing_reviews(tree: ET.Element) -> list[CaptionReview]:
-    """The entries of a longlens:Reviews already in the packet (read back to keep the others)."""
-    out: list[CaptionReview] = []
+_KNOWN_FIELDS = frozenset({"Caption", "Verdict", "Note", "ReviewedAt", "Sentences"})
+
+
+def _fields(el: ET.Element) -> dict[str, ET.Element | str]:
+    """The Longlens fields of one struct, in whichever form the writer chose: attributes on the
+    element (exiv2's `<rdf:li longlens:Index="0"/>`), child elements (rdf:parseType="Resource",
+    as Longlens and exiftool write it), or either of those on an rdf:Description inside it
+    (exiv2's `<rdf:li><rdf:Description longlens:Caption="..."/></rdf:li>`)."""
     ll = f"{{{LONGLENS_NS}}}"
-    for desc in tree.findall(f"{{{RDF}}}Description"):
-        prop = desc.find(f"{ll}Reviews")
-        if prop is None:
-            continue
-        for li in prop.iter(f"{{{RDF}}}li"):
-            cap = li.find(f"{ll}Caption")
-            if cap is None:
-                continue  # a sentence entry, or not ours
-            sentences = []
-            for sli in li.findall(f"{ll}Sentences/{{{RDF}}}Seq/{{{RDF}}}li"):
-                try:
-                    idx = int((sli.findtext(f"{ll}Index") or "").strip())
-                except ValueError:
-                    continue
-                sentences.append(SentenceReview(idx, sli.findtext(f"{ll}Text") or "",
-                                                (sli.findtext(f"{ll}Verdict") or None), sli.findtext(f"{ll}Note") or ""))
-            out.append(CaptionReview(cap.text or "", li.findtext(f"{ll}Verdict") or None, li.findtext(f"{ll}Note") or "",
-                                     _parse_time(li.findtext(f"{ll}ReviewedAt")), tuple(sentences)))
-        break
+    holders = [el, *el.findall(f"{{{RDF}}}Description")]
+    out: dict[str, ET.Element | str] = {}
+    for h in holders:
+        for k, v in h.attrib.items():
+            if k.startswith(ll):
+                out.setdefault(k[len(ll):], v)
+        for c in h:
+            if c.tag.startswith(ll):
+                out.setdefault(c.tag[len(ll):], c)
     return out
+
+
+def _value(v: ET.Element | str | None) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    inner = v.find(f"{{{RDF}}}Description")  # a value written as a resource: its rdf:value
+    if inner is not None and inner.get(f"{{{RDF}}}value") is not None:
+        return inner.get(f"{{{RDF}}}value")
+    return v.text or ""
+
+
+def _entry_review(li: ET.Element) -> CaptionReview | None:
+    """One longlens:Reviews entry read back, in any serialisation; None when it is not one of ours
+    (no Caption): such an entry is kept as it is."""
+    f = _fields(li)
+    caption = _value(f.get("Caption"))
+    if caption is None:
+        return None
+    sentences = []
+    seq = f.get("Sentences")
+    if isinstance(seq, ET.Element):
+        for sli in seq.iter(f"{{{RDF}}}li"):
+            sf = _fields(sli)
+            try:
+                idx = int((_value(sf.get("Index")) or "").strip())
+            except ValueError:
+                continue
+            sentences.append(SentenceReview(idx, _value(sf.get("Text")) or "", _value(sf.get("Verdict")) or None,
+                                            _value(sf.get("Note")) or ""))
+    return CaptionReview(caption, _value(f.get("Verdict")) or None, _value(f.get("Note")) or "",
+                         _parse_time(_value(f.get("ReviewedAt"))), tuple(sentences))
+
+
+def _fragment(text: str, el: _El) -> ET.Element:
+    """`el` (from the already checked packet) parsed on its own, with the namespaces in scope."""
+    decls = "".join(f' xmlns:{p}="{_attr_escape(u)}"' for p, u in el.scope.items() if p and p != "xml")
+    default = f' xmlns="{_attr_escape(el.scope[""])}"' if el.scope.get("") else ""
+    wrapper = ET.fromstring(f"<w{decls}{default}>{text[el.start:el.end]}</w>".encode())
+    return wrapper[0]
 
 
 def _parse_time(text: str | None) -> float | None:
@@ -225,35 +263,134 @@ def _format_time(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def _entry_xml(r: CaptionReview, ll: str, rdf: str, indent: str, step: str, nl: str, *, decl: str = "",
+               carried: Sequence[str] = ()) -> str:
+    """One longlens:Reviews entry (an rdf:li) in element form; `carried`: what an earlier entry of
+    the caption held that Longlens does not write (unknown fields, comments), kept verbatim."""
+    i1, i2, i3, i4, i5 = (indent + step * k for k in range(1, 6))
+    lines = [f'<{rdf}:li {rdf}:parseType="Resource"{decl}>']
+    lines.append(f"{i1}<{ll}:Caption>{escape(r.caption)}</{ll}:Caption>")
+    if r.verdict:
+        lines.append(f"{i1}<{ll}:Verdict>{escape(r.verdict)}</{ll}:Verdict>")
+    if r.note:
+        lines.append(f"{i1}<{ll}:Note>{escape(r.note)}</{ll}:Note>")
+    if r.reviewed_at is not None:
+        lines.append(f"{i1}<{ll}:ReviewedAt>{_format_time(r.reviewed_at)}</{ll}:ReviewedAt>")
+    if r.sentences:
+        lines += [f"{i1}<{ll}:Sentences>", f"{i2}<{rdf}:Seq>"]
+        for s in r.sentences:
+            lines.append(f'{i3}<{rdf}:li {rdf}:parseType="Resource">')
+            lines.append(f"{i4}<{ll}:Index>{s.index}</{ll}:Index>")
+            lines.append(f"{i4}<{ll}:Text>{escape(s.text)}</{ll}:Text>")
+            if s.verdict:
+                lines.append(f"{i4}<{ll}:Verdict>{escape(s.verdict)}</{ll}:Verdict>")
+            if s.note:
+                lines.append(f"{i4}<{ll}:Note>{escape(s.note)}</{ll}:Note>")
+            lines.append(f"{i3}</{rdf}:li>")
+        lines += [f"{i2}</{rdf}:Seq>", f"{i1}</{ll}:Sentences>"]
+    lines += [f"{i1}{c}" for c in carried]
+    lines.append(f"{indent}</{rdf}:li>")
+    return nl.join(lines)
+
+
 def _reviews_xml(reviews: Sequence[CaptionReview], ll: str, rdf: str, indent: str, step: str, nl: str,
                  declare: bool) -> str:
-    i0, i1, i2, i3, i4, i5, i6 = (indent + step * k for k in range(7))
     decl = f' xmlns:{ll}="{LONGLENS_NS}"' if declare else ""
-    lines = [f"<{ll}:Reviews{decl}>", f"{i1}<{rdf}:Bag>"]
-    for r in reviews:
-        lines.append(f'{i2}<{rdf}:li {rdf}:parseType="Resource">')
-        lines.append(f"{i3}<{ll}:Caption>{escape(r.caption)}</{ll}:Caption>")
-        if r.verdict:
-            lines.append(f"{i3}<{ll}:Verdict>{escape(r.verdict)}</{ll}:Verdict>")
-        if r.note:
-            lines.append(f"{i3}<{ll}:Note>{escape(r.note)}</{ll}:Note>")
-        if r.reviewed_at is not None:
-            lines.append(f"{i3}<{ll}:ReviewedAt>{_format_time(r.reviewed_at)}</{ll}:ReviewedAt>")
-        if r.sentences:
-            lines += [f"{i3}<{ll}:Sentences>", f"{i4}<{rdf}:Seq>"]
-            for s in r.sentences:
-                lines.append(f'{i5}<{rdf}:li {rdf}:parseType="Resource">')
-                lines.append(f"{i6}<{ll}:Index>{s.index}</{ll}:Index>")
-                lines.append(f"{i6}<{ll}:Text>{escape(s.text)}</{ll}:Text>")
-                if s.verdict:
-                    lines.append(f"{i6}<{ll}:Verdict>{escape(s.verdict)}</{ll}:Verdict>")
-                if s.note:
-                    lines.append(f"{i6}<{ll}:Note>{escape(s.note)}</{ll}:Note>")
-                lines.append(f"{i5}</{rdf}:li>")
-            lines += [f"{i4}</{rdf}:Seq>", f"{i3}</{ll}:Sentences>"]
-        lines.append(f"{i2}</{rdf}:li>")
-    lines += [f"{i1}</{rdf}:Bag>", f"{i0}</{ll}:Reviews>"]
+    lines = [f"<{ll}:Reviews{decl}>", f"{indent}{step}<{rdf}:Bag>"]
+    lines += [f"{indent}{step * 2}{_entry_xml(r, ll, rdf, indent + step * 2, step, nl)}" for r in reviews]
+    lines += [f"{indent}{step}</{rdf}:Bag>", f"{indent}</{ll}:Reviews>"]
     return nl.join(lines)
+
+
+def _carried(text: str, li: _El) -> tuple[list[str], str]:
+    """What an entry being replaced holds that Longlens does not write: unknown fields (as written;
+    an unknown attribute becomes the equivalent element) and comments, and the namespace
+    declarations they need (those made on the entry itself or its inner rdf:Description)."""
+    holders = [li] + [c for c in li.children if c.uri == RDF and c.local == "Description"]
+    decls = "".join(f' {k}="{v}"' for h in holders for k, v in h.attrs.items() if k.startswith("xmlns:"))
+    kept: list[str] = []
+    for h in holders:
+        for k, v in h.attrs.items():
+            prefix, _, local = k.rpartition(":")
+            uri = h.scope.get(prefix, "") if prefix else ""
+            if k.startswith("xmlns") or not prefix or uri == RDF or (uri == LONGLENS_NS and local in _KNOWN_FIELDS):
+                continue
+            kept.append(f"<{k}>{v}</{k}>")
+        if h.empty:
+            continue
+        pos = h.start_end
+        for c in h.children:
+            gap = text[pos:c.start].strip()
+            if gap:
+                kept.append(gap)  # comments between fields
+            if not (c.uri == RDF and c.local == "Description" and h is li) and \
+                    not (c.uri == LONGLENS_NS and c.local in _KNOWN_FIELDS):
+                kept.append(text[c.start:c.end])
+            pos = c.end
+        gap = text[pos:h.end_start].strip()
+        if gap:
+            kept.append(gap)
+    return kept, decls
+
+
+def _as_written(r: CaptionReview) -> CaptionReview:
+    """`r` as the sidecar holds it (times to the second, as _format_time writes them)."""
+    at = _parse_time(_format_time(r.reviewed_at)) if r.reviewed_at is not None else None
+    return CaptionReview(r.caption, r.verdict or None, r.note or "", at,
+                         tuple(sorted((SentenceReview(s.index, s.text, s.verdict or None, s.note or "")
+                                       for s in r.sentences), key=lambda s: s.index)))
+
+
+def _merge_reviews(text: str, prop: _El, reviews: Sequence[CaptionReview], rdf_prefix: str, step: str, nl: str,
+                   source: str, changes: list[str]) -> list[tuple[int, int, str]]:
+    box = next((c for c in prop.children if c.uri == RDF and c.local in ("Bag", "Seq")), None)
+    if box is None or any(not (c.uri == RDF and c.local == "li") for c in box.children):
+        raise XmpError(f"{source}: longlens:Reviews is not a list Longlens can edit; not changed")
+    rp = _prefix_for(box.scope, RDF) or rdf_prefix
+    llp = _prefix_for(box.scope, LONGLENS_NS)
+    entries: dict[str, tuple[_El, CaptionReview]] = {}
+    for li in box.children:
+        review = _entry_review(_fragment(text, li))
+        if review is not None and review.caption not in entries:
+            entries[review.caption] = (li, review)
+    edits: list[tuple[int, int, str]] = []
+    appended: list[CaptionReview] = []
+    replaced = 0
+    for r in reviews:
+        if r.caption not in entries:
+            appended.append(r)
+            continue
+        li, old = entries[r.caption]
+        if _as_written(old) == _as_written(r):
+            continue  # already there (in whatever form): left as it is
+        carried, decls = _carried(text, li)
+        if llp is None and LONGLENS_NS not in decls:
+            decls += f' xmlns:{LONGLENS_PREFIX}="{LONGLENS_NS}"'
+        li_indent = _indent_before(text, li.start)
+        edits.append((li.start, li.end, _entry_xml(r, llp or LONGLENS_PREFIX, rp, li_indent, step, nl, decl=decls,
+                                                   carried=carried)))
+        replaced += 1
+    if appended:
+        decl = "" if llp else f' xmlns:{LONGLENS_PREFIX}="{LONGLENS_NS}"'
+        lis = box.children
+        if lis:
+            li_indent = _indent_before(text, lis[-1].start)
+            edits.append((lis[-1].end, lis[-1].end, "".join(
+                nl + li_indent + _entry_xml(r, llp or LONGLENS_PREFIX, rp, li_indent, step, nl, decl=decl)
+                for r in appended)))
+        else:
+            bi = _indent_before(text, box.start)
+            items = "".join(nl + bi + step + _entry_xml(r, llp or LONGLENS_PREFIX, rp, bi + step, step, nl, decl=decl)
+                            for r in appended)
+            if box.empty:
+                edits.append((box.start, box.end, f"<{box.qname}>{items}{nl}{bi}</{box.qname}>"))
+            else:
+                edits.append((box.start_end, box.start_end, items))
+    if edits:
+        written = replaced + len(appended)
+        changes.append(f"longlens:Reviews: {written} caption review(s) written ({len(appended)} new, {replaced} "
+                       f"replaced; {len(box.children) - replaced} kept)")
+    return edits
 
 
 def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionReview] = (),
@@ -267,7 +404,7 @@ def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionRevi
     ignored); nothing is ever removed. Raises XmpError (naming `source`) for a packet that cannot
     be read or edited safely; then nothing may be written."""
     text = old if old is not None else new_sidecar_text(sidecar_for)
-    tree = rdf_root(text.encode("utf-8"), source)  # defusedxml: DTDs and entities refused
+    rdf_root(text.encode("utf-8"), source)  # defusedxml: DTDs and entities refused
     nl = "\r\n" if "\r\n" in text else "\n"
     try:
         root = _scan(text)
@@ -337,27 +474,19 @@ def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionRevi
             blocks.append(f"<{name}{decl}>{nl}{indent}{step}<{rdf_prefix}:Bag>{items}{nl}{indent}{step}"
                           f"</{rdf_prefix}:Bag>{nl}{indent}</{name}>")
 
-    # Longlens' own property: replaced whole (keeping other captions' entries) or added.
+    # Longlens' own property: only the entry of each exported caption is replaced, or a new one is
+    # appended; every other entry (another caption's, in whatever form a tool re-serialised it, or
+    # one Longlens does not recognise) and everything around it keeps its bytes.
     found = next(((d, p) for d in descs if (p := _find(d, LONGLENS_NS, "Reviews")) is not None), None)
     if reviews:
-        kept = _existing_reviews(tree)
-        exported = {r.caption for r in reviews}
-        merged = [r for r in kept if r.caption not in exported] + list(reviews)
-        if merged != kept or found is None:
-            replaced = sum(1 for r in kept if r.caption in exported)
+        if found is None:
+            p = _prefix_for(main.scope, LONGLENS_NS)
+            blocks.append(_reviews_xml(reviews, p or LONGLENS_PREFIX, rdf_prefix, indent, step, nl,
+                                       declare=p is None))
             changes.append(f"longlens:Reviews: {len(reviews)} caption review(s) written "
-                           f"({len(reviews) - replaced} new, {replaced} replaced; {len(kept) - replaced} kept)")
-            if found is not None:
-                holder, prop = found
-                llp = prop.qname.partition(":")[0]
-                rp = _prefix_for(prop.scope, RDF) or rdf_prefix
-                declare = _prefix_for(holder.scope, LONGLENS_NS) != llp
-                xml = _reviews_xml(merged, llp, rp, _indent_before(text, prop.start), step, nl, declare=declare)
-                edits.append((prop.start, prop.end, xml))
-            else:
-                p = _prefix_for(main.scope, LONGLENS_NS)
-                blocks.append(_reviews_xml(merged, p or LONGLENS_PREFIX, rdf_prefix, indent, step, nl,
-                                           declare=p is None))
+                           f"({len(reviews)} new, 0 replaced; 0 kept)")
+        else:
+            edits += _merge_reviews(text, found[1], reviews, rdf_prefix, step, nl, source, changes)
 
     if blocks:
         joined = "".join(f"{nl}{indent}{b}" for b in blocks)

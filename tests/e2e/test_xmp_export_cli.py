@@ -121,3 +121,40 @@ def test_catalogue_captions_checked_reviewed_and_exported_to_sidecars(home, cli,
 def _only_insertions(old: str, new: str) -> bool:
     ops = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
     return all(op[0] in ("equal", "insert") for op in ops)
+
+
+def test_exporting_for_a_raw_jpeg_pair_keeps_the_raw_sidecars_keywords_and_rating_findable(home, cli, tmp_path):
+    """Issue 27 point 7, through the real index and search: a pair IMG_0001.CR2 + IMG_0001.JPG indexed
+    once (the JPEG), whose darktable sidecar IMG_0001.CR2.xmp holds keywords and a rating. A darktable
+    export for the JPEG merges into that sidecar (the one the reader uses) instead of creating
+    IMG_0001.JPG.xmp, which would hide it: after a re-index the picture is still found by the RAW
+    sidecar's keyword and rating, and by the exported keyword."""
+    photos = tmp_path / "pair"
+    photos.mkdir()
+    jpeg = photos / "IMG_0001.JPG"
+    from PIL import Image
+
+    Image.new("RGB", (64, 48), "navy").save(jpeg, "JPEG", quality=85)
+    (photos / "IMG_0001.CR2").write_bytes(b"II*\x00" + b"\x00" * 64)  # left out of the pair: never decoded
+    raw_sidecar = photos / "IMG_0001.CR2.xmp"
+    darktable = (Path(__file__).resolve().parents[1] / "data" / "xmp" / "darktable.xmp").read_text(encoding="utf-8")
+    raw_sidecar.write_text(darktable, encoding="utf-8")  # xmp:Rating 3, keywords Places|Norway|Bergen, harbour
+    assert cli.json("index", str(photos), *MODEL)["xmp_read"] == 1
+
+    def found(*flags: str) -> set[str]:
+        hits = cli.json("search", "a harbour", *MODEL, *flags, "--top", "5")["results"]
+        return {Path(h["path"]).name for h in hits}
+
+    assert found("--keyword", "harbour", "--rating", "3") == {"IMG_0001.JPG"}
+    captions = tmp_path / "captions.jsonl"
+    captions.write_text(json.dumps({"image": str(jpeg), "caption": "Boats in the harbour."}) + "\n", encoding="utf-8")
+    with Catalog(get_paths().catalog) as cat:
+        session = review.open_session(cat, captions)
+        for item in review.session_items(cat, session):
+            review.set_verdict(cat, item.id, None, "faithful", "")
+    rc, out, err = cli("xmp", "export", str(captions), "--convention", "darktable", "--keyword", "Longlens|checked")
+    assert rc == 0, out + err
+    assert "updated       " + str(raw_sidecar) in out and not (photos / "IMG_0001.JPG.xmp").exists()
+    assert cli.json("index", str(photos), *MODEL)["xmp_reread"] == 1
+    assert found("--keyword", "harbour", "--rating", "3") == {"IMG_0001.JPG"}
+    assert found("--keyword", "Longlens|checked") == {"IMG_0001.JPG"}

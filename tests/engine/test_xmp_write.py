@@ -96,8 +96,12 @@ def test_a_new_review_of_a_caption_replaces_its_entry_and_keeps_the_others():
     root = ET.fromstring(second.text.encode())
     ll = f"{{{LONGLENS_NS}}}"
     entries = root.findall(f".//{ll}Reviews/{{{RDF}}}Bag/{{{RDF}}}li")
+    # The entry is replaced where it stands; the other caption's entry keeps its bytes.
     assert [(e.findtext(f"{ll}Caption"), e.findtext(f"{ll}Verdict")) for e in entries] == \
-           [("Other caption.", "unfaithful"), (REVIEW.caption, "unfaithful")]
+           [(REVIEW.caption, "unfaithful"), ("Other caption.", "unfaithful")]
+    other = first.text[first.text.index("<rdf:li rdf:parseType=\"Resource\">\n      <longlens:Caption>Other"):]
+    other = other[:other.index("</rdf:li>") + len("</rdf:li>")]
+    assert other in second.text
     assert root.find(f".//{ll}Reviews").findall(f"{{{RDF}}}Bag") and len(root.findall(f".//{ll}Reviews")) == 1
     _inserted_only(old, second.text)  # the tool's bytes still all there
 
@@ -148,6 +152,7 @@ def _library(folder: Path) -> dict[str, Path]:
 
 
 def _reviewed(cat: Catalog, folder: Path, pics: dict[str, Path]) -> Path:
+    cat.add_library(folder)  # sidecars are written only inside an indexed library
     captions = folder.parent / "captions.jsonl"
     lines = [{"image": str(p), "caption": f"Picture number {i}. It is plain."} for i, p in enumerate(pics.values())]
     lines.append({"image": str(pics["plain.jpg"]), "caption": "Never reviewed."})
@@ -244,3 +249,95 @@ def test_links_and_read_only_sidecars_are_not_written_through(cat, tmp_path):
     assert "is a link" in reasons["plain.jpg.xmp"] and "read-only" in reasons["DSC_4127.jpg.xmp"]
     assert elsewhere.read_bytes() == (DATA / "digikam.xmp").read_bytes()
     assert (folder / "DSC_4127.jpg.xmp").read_bytes() == (DATA / "digikam.xmp").read_bytes()
+
+
+# --------------------------------------------------------------------------- issue 27: own entries, any form
+
+CAPTION_A = CaptionReview("Caption A & <b>.", "faithful", "note a", 1_700_000_000.0,
+                          (SentenceReview(0, "Caption A & <b>.", "unsure", "which?"),))
+CAPTION_B = CaptionReview("Caption B.", "unfaithful", "wrong boat", 1_700_000_500.0)
+
+
+def _entries(text: str) -> dict[str, tuple[str | None, str | None]]:
+    from tests.reliability.sidecar_fixtures import reviews_in
+
+    return reviews_in(text.encode("utf-8"))
+
+
+@pytest.mark.parametrize("name", ["longlens-after-exiv2.xmp", "longlens-after-exiftool.xmp"])
+def test_entries_a_tool_re_serialised_are_recognised_and_kept_byte_for_byte(name):
+    """Caption A's review after exiv2 (attribute form: `<rdf:li><rdf:Description longlens:Caption=...>`,
+    as darktable writes it) or exiftool (own rdf:Description, single quotes, fields reordered)
+    re-serialised the sidecar: exporting B keeps A's entry byte for byte; re-exporting A unchanged
+    changes nothing; re-exporting A changed replaces that entry only."""
+    old = (DATA / name).read_text(encoding="utf-8")
+    assert _entries(old) == {CAPTION_A.caption: ("faithful", "note a")}
+    same = merge_sidecar(old, name, reviews=[CAPTION_A])
+    assert same.text == old and same.changes == []  # recognised as already there
+    with_b = merge_sidecar(old, name, reviews=[CAPTION_B])
+    _inserted_only(old, with_b.text)  # A's entry (and everything else) keeps every byte
+    assert _entries(with_b.text) == {CAPTION_A.caption: ("faithful", "note a"), "Caption B.": ("unfaithful", "wrong boat")}
+    assert with_b.changes == ["longlens:Reviews: 1 caption review(s) written (1 new, 0 replaced; 1 kept)"]
+    changed_a = merge_sidecar(with_b.text, name, reviews=[CaptionReview(CAPTION_A.caption, "unfaithful", "no", 9.0)])
+    assert _entries(changed_a.text) == {CAPTION_A.caption: ("unfaithful", "no"), "Caption B.": ("unfaithful", "wrong boat")}
+    b_entry = with_b.text[with_b.text.rindex("<rdf:li", 0, with_b.text.index("Caption B.")):]
+    assert b_entry[:b_entry.index("</rdf:li>")] in changed_a.text  # B untouched by A's re-export
+    assert parse_xmp(changed_a.text.encode(), name).values == parse_xmp(old.encode(), name).values
+
+
+HAND_EDITED = """<x:xmpmeta xmlns:x="adobe:ns:meta/">
+ <rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">
+  <rdf:Description rdf:about="" xmlns:longlens="https://longlens.example/ns/1.0/" xmlns:my="urn:my-tool">
+   <longlens:Reviews>
+    <rdf:Bag>
+     <!-- reviewed on the train -->
+     <rdf:li rdf:parseType="Resource">
+      <longlens:Caption>Caption A &amp; &lt;b&gt;.</longlens:Caption>
+      <longlens:Verdict>faithful</longlens:Verdict>
+      <longlens:Mood>calm</longlens:Mood>
+      <!-- checked twice -->
+      <my:Reviewer>Ane</my:Reviewer>
+     </rdf:li>
+     <rdf:li>a plain entry someone added</rdf:li>
+     <rdf:li><rdf:Description my:Kind="not ours" xmlns:q="urn:q"><q:Thing>x</q:Thing></rdf:Description></rdf:li>
+     <rdf:li longlens:Caption="Caption C." longlens:Verdict="unsure" my:Flag="1"/>
+    </rdf:Bag>
+   </longlens:Reviews>
+  </rdf:Description>
+ </rdf:RDF>
+</x:xmpmeta>
+"""
+
+
+def test_unknown_fields_comments_and_foreign_entries_survive_every_export():
+    with_b = merge_sidecar(HAND_EDITED, "h.xmp", reviews=[CAPTION_B])
+    _inserted_only(HAND_EDITED, with_b.text)  # every entry, field and comment byte for byte
+    assert _entries(with_b.text)["Caption B."] == ("unfaithful", "wrong boat")
+    assert with_b.changes == ["longlens:Reviews: 1 caption review(s) written (1 new, 0 replaced; 4 kept)"]
+    # Re-exporting A changes A's entry and carries what Longlens does not write into the new one.
+    again = merge_sidecar(with_b.text, "h.xmp", reviews=[CaptionReview(CAPTION_A.caption, "unfaithful", "", None)])
+    assert _entries(again.text)[CAPTION_A.caption] == ("unfaithful", None)
+    a_entry = again.text[again.text.index("<rdf:li", again.text.index("reviewed on the train")):]
+    a_entry = a_entry[:a_entry.index("</rdf:li>")]
+    for kept in ("<longlens:Mood>calm</longlens:Mood>", "<!-- checked twice -->", "<my:Reviewer>Ane</my:Reviewer>"):
+        assert kept in a_entry
+    for untouched in ("<!-- reviewed on the train -->", "<rdf:li>a plain entry someone added</rdf:li>",
+                      '<rdf:li><rdf:Description my:Kind="not ours" xmlns:q="urn:q"><q:Thing>x</q:Thing>'
+                      "</rdf:Description></rdf:li>",
+                      '<rdf:li longlens:Caption="Caption C." longlens:Verdict="unsure" my:Flag="1"/>'):
+        assert untouched in again.text
+    # Caption C (attribute form on the rdf:li itself) re-exported: my:Flag is carried as an element.
+    c = merge_sidecar(again.text, "h.xmp", reviews=[CaptionReview("Caption C.", "faithful", "", None)])
+    assert "<my:Flag>1</my:Flag>" in c.text and _entries(c.text)["Caption C."] == ("faithful", None)
+    ET.fromstring(c.text.encode())
+
+
+def test_adobe_full_form_entries_are_recognised():
+    full = HAND_EDITED.replace(
+        '<rdf:li longlens:Caption="Caption C." longlens:Verdict="unsure" my:Flag="1"/>',
+        "<rdf:li><rdf:Description><longlens:Caption>Caption C.</longlens:Caption>"
+        "<longlens:Verdict>unsure</longlens:Verdict></rdf:Description></rdf:li>")
+    merged = merge_sidecar(full, "f.xmp", reviews=[CaptionReview("Caption C.", "unsure", "", None)])
+    assert merged.text == full  # the same review: recognised, nothing rewritten
+    merged = merge_sidecar(full, "f.xmp", reviews=[CaptionReview("Caption C.", "faithful", "", None)])
+    assert merged.text.count("Caption C.") == 1 and _entries(merged.text)["Caption C."] == ("faithful", None)
