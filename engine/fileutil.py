@@ -48,6 +48,7 @@ __all__ = [
     "folder_write_lock",
     "fsync_dir",
     "open_user_file",
+    "pid_alive",
     "read_user_file",
     "read_user_text",
     "read_with_identity",
@@ -464,9 +465,14 @@ def folder_write_lock(folder: os.PathLike[str] | str, *, timeout: float = LOCK_T
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists (it may be another program that re-used the pid,
+    which is why leftovers also go by age). Windows: os.kill(pid, 0) would send a CTRL_C_EVENT,
+    so there it cannot tell and says alive."""
     if pid <= 0:
         return False
+    if os.name == "nt":
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -497,7 +503,7 @@ def remove_stale_temp_files(folder: os.PathLike[str] | str, *, max_age: float = 
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
-        if (pid_s.isdigit() and not _pid_alive(int(pid_s))) or now - st.st_mtime > max_age or \
+        if (pid_s.isdigit() and not pid_alive(int(pid_s))) or now - st.st_mtime > max_age or \
                 (pid_s.isdigit() and int(pid_s) == os.getpid()):
             try:
                 os.unlink(path)

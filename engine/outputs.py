@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import LonglensError
-from engine.fileutil import atomic_write_text, fsync_dir, open_user_file
+from engine.fileutil import atomic_write_text, fsync_dir, open_user_file, pid_alive
 from engine.jsonfile import read_json_file
 
 # Written into every folder output, so a later run knows the folder is its own to replace.
@@ -218,16 +218,6 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
 def recover_folder(target: Path) -> None:
     """Undo what a killed swap left next to `target`: put a moved-aside old folder back when the
     target is missing, and remove the staging and old folders of processes that are gone."""
@@ -242,7 +232,7 @@ def recover_folder(target: Path) -> None:
             if not name.startswith(prefix):
                 continue
             pid_text = name[len(prefix):].split("-", 1)[0]
-            if pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
+            if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
                 continue  # another run is writing it now
             if tag == OLD and not target.exists():
                 os.replace(entry, target)
@@ -310,7 +300,7 @@ class ReportAssets:
         for entry in assets.iterdir():  # staging folders of killed runs
             if entry.name.startswith(STAGING):
                 pid_text = entry.name[len(STAGING):].split("-", 1)[0]
-                if not (pid_text.isdigit() and _pid_alive(int(pid_text))):
+                if not (pid_text.isdigit() and pid_alive(int(pid_text))):
                     shutil.rmtree(entry, ignore_errors=True)
         staging = assets / f"{STAGING}{os.getpid()}-{run_id}"
         staging.mkdir()

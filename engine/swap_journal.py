@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import LonglensError
+from engine.fileutil import fsync_dir, pid_alive
 from engine.jsonfile import loads_bounded
 
 try:
@@ -101,18 +102,7 @@ def pause_point(step: str) -> None:
         time.sleep(3600)
 
 
-def fsync_folder(folder: Path) -> None:
-    """Make renames and unlinks in `folder` durable (a no-op where folders cannot be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+fsync_folder = fsync_dir  # the one folder fsync (engine.fileutil), under the name this module's callers use
 
 
 def write_journal(target: Path, kind: str, paths: dict[str, Path]) -> Journal:
@@ -225,19 +215,6 @@ def owner_pid(temp_name: str, target_name: str) -> int | None:
     m = re.fullmatch(re.escape(f".{target_name}.") + r"[A-Za-z]+-(\d+)-[^/]*\.tmp(?:-journal|-wal|-shm)?",
                      temp_name)
     return int(m.group(1)) if m else None
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with this pid exists (it may be another program that re-used it)."""
-    if os.name == "nt" or pid <= 0:
-        return True  # os.kill(pid, 0) would send CTRL_C_EVENT on Windows: cannot tell, say alive
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by another user
-    return True
 
 
 def remove_stale_temps(folder: Path, target_name: str, *, max_age_s: float = STALE_TEMP_AGE_S,

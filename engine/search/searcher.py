@@ -216,10 +216,15 @@ class Searcher:
         xmp_dates = self.catalog.xmp_dates(i for i, rec in records.items() if not rec.exif_date)
         roots = {lib.id: lib.root for lib in self.catalog.libraries()}
         hits = []
-        for score, image_id, lib_id in candidates:
+        for score, image_id, _ in candidates:
             rec = records.get(image_id)
             if rec is None:
                 continue  # deleted between the ANN query and now
+            # The row's own library, read now: an index run may have merged the library the ANN
+            # answered for into its parent meanwhile (its rows re-rooted, the old library gone).
+            lib_id = rec.library_id
+            if lib_id not in roots:
+                continue  # its library was removed between the ANN query and now
             camera = " ".join(x for x in (rec.camera_make, rec.camera_model) if x) or None
             when = picture_date(rec.exif_date, rec.mtime_ns, xmp_dates.get(image_id))
             hits.append(

@@ -590,7 +590,13 @@ READS_ALLOWED: dict[tuple[str, str], str] = {
     ("engine/models/manifest.py", "read_manifest_file"): "manifests of installed models in the home",
     ("engine/catalog/db.py", "open_in_another_process"): "the catalog's own WAL index beside it, opened to probe its lock, never read",
     ("engine/catalog/repair.py", "_copy_into"): "fsync of the rebuilt catalog this function just wrote",
-    ("engine/swap_journal.py", "fsync_folder"): "a folder of Longlens's own, opened to fsync it, never read",
+    ("engine/fileutil.py", "folder_write_lock"): "a picture folder opened only to flock it, never read",
+    ("engine/fileutil.py", "_write_new_temp"): "its own new temporary file, created O_EXCL, written not read",
+    ("engine/fileutil.py", "replace_user_file"): "a sidecar opened to hold its identity under the lock; its bytes "
+                                                 "were read through open_user_file",
+    ("engine/fileutil.py", "_write_in_place"): "a hard-linked sidecar rewritten in place after its backup; read "
+                                               "through open_user_file",
+    ("engine/models/download.py", "_HubConnection.read_body"): "the partial download in the home it writes itself",
     ("engine/swap_journal.py", "write_journal"): "the swap journal's new temporary file, created O_EXCL",
     ("engine/swap_journal.py", "read_journal"): "a swap journal Longlens wrote beside its catalog or models",
     ("engine/swap_journal.py", "exclusive_lock"): "Longlens's own lock file, opened to flock it, never read",

@@ -191,10 +191,19 @@ def _readme_test_command() -> str:
     return tests[0]
 
 
-def test_ci_run_calls_only_the_readmes_test_command():
+def test_ci_run_calls_the_readmes_test_command_then_only_targets_the_readme_names():
+    """CI runs the README's test command first, then only suites issues added to CI (make
+    test-interop), each a Makefile target the README names, so a fresh clone can run them too."""
     lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     assert lines[0] == "#!/usr/bin/env bash"
     commands = [line for line in lines if line and not line.startswith("#")]
     setup = ["set -euo pipefail", 'cd "$(dirname "$0")/.."']
     assert commands[:2] == setup, commands
-    assert commands[2:] == [_readme_test_command()] == ["make test"]
+    assert commands[2] == _readme_test_command() == "make test"
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for extra in commands[3:]:
+        make, target = extra.split()
+        assert make == "make" and re.search(rf"^{re.escape(target)}:", makefile, re.M), extra
+        assert f"`make {target}`" in readme, f"{extra} is not named in the README"
+    assert "make test-interop" in commands[3:]
