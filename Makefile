@@ -54,7 +54,7 @@ test-interop: $(STAMP)
 	# open_clip's own tokenizer, the reference for the CLIP family's text cleaning: --no-deps, since its
 	# torchvision and timm do not install beside the pinned CPU torch (its tokenizer needs neither).
 	$(BIN)/pip install --quiet --no-deps open_clip_torch==3.3.0
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m interop tests
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m interop --ignore=tests/cluster tests
 
 stress: $(STAMP)
 	QT_QPA_PLATFORM=offscreen LONGLENS_STRESS_ITERATIONS=$(STRESS_ITERATIONS) \
