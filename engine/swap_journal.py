@@ -92,9 +92,10 @@ def journal_path(target: Path) -> Path:
     return target.parent / f".{target.name}{JOURNAL_SUFFIX}"
 
 
-def pause_point(step: str) -> None:
-    """Stop here for ever when the test hook names this step (see PAUSE_ENV)."""
-    spec = os.environ.get(PAUSE_ENV)
+def pause_point(step: str, env: str = PAUSE_ENV) -> None:
+    """Stop here for ever when the test hook `env` (STEP:FILE) names this step: FILE gets this
+    process's pid, so a test can SIGKILL it exactly here. Never set outside tests."""
+    spec = os.environ.get(env)
     if not spec or not spec.startswith(step + ":"):
         return
     Path(spec.split(":", 1)[1]).write_text(str(os.getpid()), encoding="utf-8")

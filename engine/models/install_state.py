@@ -42,6 +42,7 @@ from engine.swap_journal import (
     remove_stale_journal_temps,
     write_journal,
 )
+from engine.swap_journal import pause_point as swap_pause_point
 
 try:
     import fcntl
@@ -63,12 +64,7 @@ PAUSE_ENV = "LONGLENS_TEST_INSTALL_PAUSE"
 
 
 def pause_point(step: str) -> None:
-    spec = os.environ.get(PAUSE_ENV)
-    if not spec or not spec.startswith(step + ":"):
-        return
-    Path(spec.split(":", 1)[1]).write_text(str(os.getpid()), encoding="utf-8")
-    while True:
-        time.sleep(3600)
+    swap_pause_point(step, PAUSE_ENV)
 
 
 @contextlib.contextmanager

@@ -51,7 +51,9 @@ def test_a_fully_pinned_model_downloads_without_a_trust_box(qtbot, window, paths
     summary = next(t.split(" · ")[0] for t in seen if t.startswith(f"{NAME}: {len(pinned_base.files)} files"))
     assert "to download" in summary
     # The sizes stay in view above each file's progress: done of total, rate, time left.
-    later = [t for t in seen if t.startswith(summary + " · ") and ("downloading" in t or "checking" in t)]
+    # Every download line the GUI got, however few: the job thread passes ~20 a second, and a pull
+    # from loopback can be done within one 50 ms window (then only the first line is shown).
+    later = [t for t in seen if t.startswith(summary + " · ")]
     assert later and all(" of " in t for t in later), seen
     assert not any("--" in t for t in seen)
 

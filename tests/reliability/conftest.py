@@ -4,6 +4,7 @@ a folder of real image files, the in-process CLI) plus helpers to snapshot a pho
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,19 @@ def tree_snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:
     st = root.lstat()
     out["."] = (b"", st.st_mtime_ns, st.st_mode)
     return out
+
+
+def corrupt_table_page(catalog: Path, table: str) -> None:
+    """Overwrite a table's root page of a real SQLite catalog with garbage, as a bad sector or a
+    stray write would."""
+    con = sqlite3.connect(catalog)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page_size = con.execute("PRAGMA page_size").fetchone()[0]
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    con.close()
+    with open(catalog, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(bytes([0x0D, 0xFF, 0xFF, 0x7F]) + os.urandom(page_size - 4))
 
 
 def last_progress(job: Iterator):

@@ -21,6 +21,7 @@ import pytest
 
 from engine.catalog import Catalog
 from tests.e2e.conftest import TINY_MODEL
+from tests.reliability.conftest import corrupt_table_page
 from tests.reliability.crash_harness import committed_count
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,15 +239,8 @@ def test_cancelled_engine_run_reports_pending_to_the_gui_facade(home, paths, pho
 
 # -- item 14: a damaged catalog is found when opened for writing -----------------------------------
 def _corrupt_table_page(catalog: Path, table: str) -> None:
-    """Overwrite a table's root page with garbage, as a bad sector or a stray write would."""
-    con = sqlite3.connect(catalog)
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    page_size = con.execute("PRAGMA page_size").fetchone()[0]
-    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
-    con.close()
-    with open(catalog, "r+b") as f:
-        f.seek((root - 1) * page_size)
-        f.write(bytes([0x0D, 0xFF, 0xFF, 0x7F]) + os.urandom(page_size - 4))
+    """conftest's corrupt_table_page, checked to have damaged the file."""
+    corrupt_table_page(catalog, table)
     con = sqlite3.connect(catalog.as_uri() + "?mode=ro&immutable=1", uri=True)  # leaves no -wal/-shm
     try:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] != "ok"

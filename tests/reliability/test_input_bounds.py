@@ -27,6 +27,7 @@ from engine.metadata.xmp import XmpError, parse_xmp
 from engine.models.registry import bundled_model_dir
 from tests.datagen.conftest import serve  # noqa: F401  (the loopback chat server fixture)
 from tests.e2e.conftest import TINY_MODEL
+from tests.reliability.code_scan import ScopedCalls
 from tests.reliability.test_checklist import child_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -399,28 +400,14 @@ JSON_PARSES_ALLOWED: dict[tuple[str, str], str] = {
 }
 
 
-class _JsonParses(ast.NodeVisitor):
+class _JsonParses(ScopedCalls):
     """(module, enclosing function, line) of every json.load / json.loads call."""
 
-    def __init__(self, module: str) -> None:
-        self.module = module
-        self.scope: list[str] = []
-        self.found: list[tuple[str, str, int]] = []
-
-    def visit_FunctionDef(self, node) -> None:
-        self.scope.append(node.name)
-        self.generic_visit(node)
-        self.scope.pop()
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-    visit_ClassDef = visit_FunctionDef
-
-    def visit_Call(self, node: ast.Call) -> None:
+    def visit_call(self, node: ast.Call) -> None:
         f = node.func
         if (isinstance(f, ast.Attribute) and f.attr in ("load", "loads") and isinstance(f.value, ast.Name)
                 and f.value.id == "json"):
-            self.found.append((self.module, ".".join(self.scope) or "<module>", node.lineno))
-        self.generic_visit(node)
+            self.found.append((self.module, self.scope_name, node.lineno))
 
 
 def _json_parses(root: Path) -> list[tuple[str, str, int]]:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from engine.catalog.db import FINISHED, ROLLED_BACK
+from tests.reliability.conftest import corrupt_table_page
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
@@ -78,18 +79,6 @@ def sha256(p: Path) -> str:
 
 def catalog_of(home: Path) -> Path:
     return home / "data" / "catalog.sqlite3"
-
-
-def corrupt_table_page(catalog: Path, table: str) -> None:
-    """Overwrite a table's root page with garbage, as a bad sector would."""
-    con = sqlite3.connect(catalog)
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    page_size = con.execute("PRAGMA page_size").fetchone()[0]
-    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
-    con.close()
-    with open(catalog, "r+b") as f:
-        f.seek((root - 1) * page_size)
-        f.write(bytes([0x0D, 0xFF, 0xFF, 0x7F]) + os.urandom(page_size - 4))
 
 
 def rows_of(catalog: Path) -> dict[str, set]:

@@ -35,6 +35,7 @@ from engine.indexing.decode import DECODE_REASONS, decode_image, read_meta
 from engine.jobs import CancelToken
 from engine.thumbnails import ThumbnailCache, make_thumbnail
 from tests.e2e.conftest import TINY_MODEL
+from tests.reliability.code_scan import ScopedCalls
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs, sockets and /dev/zero are POSIX")
 
@@ -632,23 +633,10 @@ def _is_write_mode(call: ast.Call) -> bool:
     return any(isinstance(m, ast.Constant) and any(c in str(m.value) for c in "wax+") for m in modes)
 
 
-class _FileReads(ast.NodeVisitor):
+class _FileReads(ScopedCalls):
     """Collects (module, enclosing function, what is called, line) of every read-by-path call."""
 
-    def __init__(self, module: str) -> None:
-        self.module = module
-        self.scope: list[str] = []
-        self.found: list[tuple[str, str, str, int]] = []
-
-    def visit_FunctionDef(self, node) -> None:
-        self.scope.append(node.name)
-        self.generic_visit(node)
-        self.scope.pop()
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-    visit_ClassDef = visit_FunctionDef
-
-    def visit_Call(self, node: ast.Call) -> None:
+    def visit_call(self, node: ast.Call) -> None:
         f, what = node.func, None
         if isinstance(f, ast.Name) and f.id in _READ_NAMES and not (f.id == "open" and _is_write_mode(node)):
             what = f.id
@@ -657,8 +645,7 @@ class _FileReads(ast.NodeVisitor):
         elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in _READ_QUALIFIED:
             what = f"{f.value.id}.{f.attr}"
         if what is not None:
-            self.found.append((self.module, ".".join(self.scope) or "<module>", what, node.lineno))
-        self.generic_visit(node)
+            self.found.append((self.module, self.scope_name, what, node.lineno))
 
 
 def file_reads(root: Path) -> list[tuple[str, str, str, int]]:
