@@ -13,10 +13,12 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import math
 import os
 import secrets
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -246,19 +248,36 @@ def fsync_dir(folder: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """`path` holds its old bytes or all of `data`, never a part: a temporary file in the same
+    folder (TEMP_PREFIX, this process's pid), fsynced, renamed over it, the folder fsynced. A new
+    file follows the umask like any other. The first write of a process into a folder removes the
+    temporary files killed Longlens writers left there."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _sweep_dead_writers_once(path.parent)
+    tmp = _write_new_temp(os.fspath(path.parent), path.name, data, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _unlink_quietly(tmp)
         raise
     fsync_dir(path.parent)
+
+
+_swept_folders: set[str] = set()
+_swept_lock = threading.Lock()
+
+
+def _sweep_dead_writers_once(folder: Path) -> None:
+    """Once per folder and process (a data set export writes thousands of files into one folder):
+    remove the temporary files whose writer process is gone. Never a live writer's, this
+    process's included, however old: a long export may take hours."""
+    key = os.fspath(folder)
+    with _swept_lock:
+        if key in _swept_folders:
+            return
+        _swept_folders.add(key)
+    remove_stale_temp_files(folder, max_age=math.inf, include_own=False)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -275,8 +294,10 @@ class AtomicTextWriter:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        self._tmp = Path(tmp)
+        _sweep_dead_writers_once(self.path.parent)
+        self._tmp = self.path.parent / temp_name_for(self.path.name)
+        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                     0o666)
         self._fh = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
         self.finished = False
 
@@ -482,10 +503,12 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temp_files(folder: os.PathLike[str] | str, *, max_age: float = STALE_TEMP_SECONDS) -> list[str]:
+def remove_stale_temp_files(folder: os.PathLike[str] | str, *, max_age: float = STALE_TEMP_SECONDS,
+                            include_own: bool = True) -> list[str]:
     """Remove Longlens' temporary files (TEMP_PREFIX) that a killed writer left in `folder`: those
-    whose process is gone, or older than `max_age`. Call it holding folder_write_lock: a live
-    writer makes and removes its temporary files under that lock. Returns the names removed."""
+    whose process is gone, or older than `max_age`. With include_own, this process's own files
+    count as leftovers too: right only under folder_write_lock, where a live writer makes and
+    removes its temporary files (sidecars). Returns the names removed."""
     removed: list[str] = []
     try:
         names = os.listdir(folder)
@@ -504,7 +527,7 @@ def remove_stale_temp_files(folder: os.PathLike[str] | str, *, max_age: float = 
         if not stat.S_ISREG(st.st_mode):
             continue
         if (pid_s.isdigit() and not pid_alive(int(pid_s))) or now - st.st_mtime > max_age or \
-                (pid_s.isdigit() and int(pid_s) == os.getpid()):
+                (include_own and pid_s.isdigit() and int(pid_s) == os.getpid()):
             try:
                 os.unlink(path)
                 removed.append(name)
