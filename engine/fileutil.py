@@ -295,9 +295,8 @@ class AtomicTextWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _sweep_dead_writers_once(self.path.parent)
-        self._tmp = self.path.parent / temp_name_for(self.path.name)
-        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                     0o666)
+        fd, tmp = _new_temp_fd(os.fspath(self.path.parent), self.path.name, 0o666)
+        self._tmp = Path(tmp)
         self._fh = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
         self.finished = False
 
@@ -544,11 +543,17 @@ def temp_name_for(name: str) -> str:
     return head + tail
 
 
+def _new_temp_fd(folder: str, name: str, mode: int) -> tuple[int, str]:
+    """A new temporary file (temp_name_for) in `folder`, created exclusively, never through a link,
+    with `mode` less the umask: its descriptor, open for writing, and its path."""
+    tmp = os.path.join(folder, temp_name_for(name))
+    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode), tmp
+
+
 def _write_new_temp(folder: str, name: str, data: bytes, mode: int) -> str:
     """`data` in a new temporary file in `folder`, fsynced; created with `mode` (the umask and the
     folder's default ACL apply, as to any new file). Removed again if anything fails."""
-    tmp = os.path.join(folder, temp_name_for(name))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    fd, tmp = _new_temp_fd(folder, name, mode)
     try:
         view = memoryview(data)
         while view:

@@ -592,7 +592,7 @@ READS_ALLOWED: dict[tuple[str, str], str] = {
     ("engine/catalog/db.py", "open_in_another_process"): "the catalog's own WAL index beside it, opened to probe its lock, never read",
     ("engine/catalog/repair.py", "_copy_into"): "fsync of the rebuilt catalog this function just wrote",
     ("engine/fileutil.py", "folder_write_lock"): "a picture folder opened only to flock it, never read",
-    ("engine/fileutil.py", "_write_new_temp"): "its own new temporary file, created O_EXCL, written not read",
+    ("engine/fileutil.py", "_new_temp_fd"): "its own new temporary file, created O_EXCL, written not read",
     ("engine/fileutil.py", "replace_user_file"): "a sidecar opened to hold its identity under the lock; its bytes "
                                                  "were read through open_user_file",
     ("engine/fileutil.py", "_write_in_place"): "a hard-linked sidecar rewritten in place after its backup; read "

@@ -1,6 +1,7 @@
 """The GitHub Actions workflows pass actionlint (with shellcheck on their `run:` scripts), pin every
 action by commit SHA, build with the project's own installer scripts and install exactly the Qt
-libraries docs/installing.md lists; `.ci/run` runs nothing but the README's test command."""
+libraries docs/installing.md lists; `.ci/run` runs the README's test command, then only Makefile targets
+the README names (make test-interop)."""
 
 from __future__ import annotations
 
