@@ -54,6 +54,9 @@ test-interop: $(STAMP)
 	# open_clip's own tokenizer, the reference for the CLIP family's text cleaning: --no-deps, since its
 	# torchvision and timm do not install beside the pinned CPU torch (its tokenizer needs neither).
 	$(BIN)/pip install --quiet --no-deps open_clip_torch==3.3.0
+	# python-exiv2 (its wheel carries libexiv2 0.28, the line newer darktable and digiKam build on),
+	# beside Debian's exiv2 0.27 binary: two exiv2 generations rewrite the exported sidecars.
+	$(BIN)/pip install --quiet exiv2==0.19.2
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m interop --ignore=tests/cluster tests
 
 stress: $(STAMP)
