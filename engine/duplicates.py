@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.catalog import Catalog
+from engine.catalog import Catalog, root_reachable
 from engine.catalog.dates import picture_date
 from engine.errors import DecodeError, LonglensError
 from engine.fileutil import atomic_write_bytes, sha256_file
@@ -300,7 +300,7 @@ def find_duplicates(
     by_content: dict[str, list[int]] = {}
     seen_files: dict[tuple[int, int], str] = {}  # (device, inode) -> the path it was first met by
     for lib in libs:
-        if not Path(lib.root).is_dir():
+        if not root_reachable(lib.root):
             report.notes.append(f"{lib.root} is offline or missing: its pictures were not looked at")
             continue
         records = [rec for rec in catalog.image_records(lib.id) if rec.status == STATUS_OK and rec.content_hash]

@@ -239,9 +239,8 @@ def remove_stale_temps(folder: Path, target_name: str, *, max_age_s: float = STA
             continue
         try:
             st = entry.stat(follow_symlinks=False)
-            stale = (pid is not None and pid != os.getpid() and not pid_alive(pid)) or now - st.st_mtime > max_age_s
-            if pid == os.getpid():
-                stale = False  # our own, in use
+            # Our own are in use, however old; another's go when their owner is gone or they are old.
+            stale = pid != os.getpid() and ((pid is not None and not pid_alive(pid)) or now - st.st_mtime > max_age_s)
             if stale and entry.is_file(follow_symlinks=False):
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))

@@ -283,7 +283,7 @@ class Catalog:
                 conn.execute(insert(libraries).values(root=root_s, status=LIBRARY_ONLINE, added_at=time.time()))
                 row = _row_to_library(conn.execute(select(libraries).where(libraries.c.root == root_s)).one())
             inside = [lib for lib in others if _overlaps(lib.root, row.root, apart)]
-            offline = [lib for lib in inside if not Path(lib.root).is_dir()]
+            offline = [lib for lib in inside if not root_reachable(lib.root)]
             if offline:
                 # Merged now, its rows would be swept as deleted by this folder's scan: an unmounted
                 # drive is not a deletion.
@@ -301,7 +301,7 @@ class Catalog:
         outer = [lib for lib in others if _overlaps(root_p, lib.root, apart)]
         if outer:
             return overlap_message(str(root_p), outer[0].root)
-        offline = [lib for lib in others if _overlaps(lib.root, root_p, apart) and not Path(lib.root).is_dir()]
+        offline = [lib for lib in others if _overlaps(lib.root, root_p, apart) and not root_reachable(lib.root)]
         return offline_inside_message(str(root_p), offline[0].root) if offline else None
 
     def _merge_into(self, conn: Connection, inner: Library, outer: Library) -> MergedLibrary:
