@@ -165,6 +165,13 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None
         time.sleep(0.01)
 
 
+def rebuild_paused_at(home: Path, step: str, ready: Path) -> subprocess.Popen:
+    """A real `check-catalog --rebuild` child, waiting for ever at its pause point `step`."""
+    proc = start_rebuild(home, step, ready)
+    wait_for(ready, proc)
+    return proc
+
+
 def kill_9(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)  # reaps it: its pid is then free, as after any crash
@@ -220,9 +227,7 @@ def test_rebuild_killed_at_each_step_is_settled_by_the_next_command(tmp_path, ma
     home = tmp_path / "home"
     master.install(home)
     ready = tmp_path / "ready"
-    proc = start_rebuild(home, step, ready)
-    wait_for(ready, proc)
-    kill_9(proc)
+    kill_9(rebuild_paused_at(home, step, ready))
     left = hidden(home)
     assert left, "the kill left nothing behind: the step is not inside the swap"
     if STEPS[step] == "finished":
@@ -252,8 +257,7 @@ def test_ctrl_c_during_a_rebuild_exits_130_and_says_what_was_done(tmp_path, mast
     home = tmp_path / "home"
     master.install(home)
     ready = tmp_path / "ready"
-    proc = start_rebuild(home, step, ready)
-    wait_for(ready, proc)
+    proc = rebuild_paused_at(home, step, ready)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
@@ -271,9 +275,7 @@ def test_a_missing_catalog_beside_a_rebuilt_copy_without_journal_is_never_starte
     home = tmp_path / "home"
     master.install(home)
     ready = tmp_path / "ready"
-    proc = start_rebuild(home, "rebuild-damaged-moved", ready)
-    wait_for(ready, proc)
-    kill_9(proc)
+    kill_9(rebuild_paused_at(home, "rebuild-damaged-moved", ready))
     (home / "data" / ".catalog.sqlite3.swap-journal").unlink()
     before = [n for n in hidden(home) if not n.endswith(".swap.lock")]  # the lock goes with its release
     assert any(n.startswith(".catalog.sqlite3.rebuild-") for n in before)
@@ -294,9 +296,7 @@ def test_a_journal_whose_files_are_all_gone_refuses_to_start_an_empty_catalog(tm
     home = tmp_path / "home"
     master.install(home)
     ready = tmp_path / "ready"
-    proc = start_rebuild(home, "rebuild-damaged-moved", ready)
-    wait_for(ready, proc)
-    kill_9(proc)
+    kill_9(rebuild_paused_at(home, "rebuild-damaged-moved", ready))
     for p in (home / "data").iterdir():
         if p.name.startswith((".catalog.sqlite3.rebuild-", "catalog.sqlite3.damaged-")):
             p.unlink()
@@ -386,8 +386,7 @@ def stress_rounds(tmp_path: Path, master: Master, rounds: int, seed: int) -> Str
         if rng.random() < 0.5:
             step = rng.choice(list(STEPS))
             ready = tmp_path / f"ready{i}"
-            proc = start_rebuild(home, step, ready)
-            wait_for(ready, proc)
+            proc = rebuild_paused_at(home, step, ready)
             report.killed_at_pause += 1
         else:
             proc = start_rebuild(home)
