@@ -386,7 +386,6 @@ class ReviewView(QWidget):
     def _opened(self, session: Any, from_catalog: bool = False) -> None:
         self.session = session
         self._set_enabled(True)
-        self.progress.setVisible(True)
         name = os.path.basename(session.caption_file)
         how = "resumed where you stopped" if session.resumed else "new review"
         if session.changes is not None:
@@ -398,7 +397,6 @@ class ReviewView(QWidget):
                                        + display_text(session.caption_file))
         else:
             self.file_label.setToolTip("")
-        self.progress.setRange(0, len(session))
         if session.problems:
             # Shown in place (with the full list a click away), not in a modal box: the
             # annotator can start on the good lines at once.
@@ -560,8 +558,15 @@ class ReviewView(QWidget):
     def _refresh_progress(self) -> None:
         if self.session is None:
             return
-        self.hub.call(self.backend.review_progress, self.session, serial=True,
-                      on_result=lambda p: (self.progress.setRange(0, p[1]), self.progress.setValue(p[0])))
+        self.hub.call(self.backend.review_progress, self.session, serial=True, on_result=self._show_progress)
+
+    def _show_progress(self, progress: tuple[int, int]) -> None:
+        # The bar appears with its first count: shown before it, a QProgressBar whose value is
+        # still below its range draws no text at all.
+        reviewed, total = progress
+        self.progress.setRange(0, total)
+        self.progress.setValue(reviewed)
+        self.progress.setVisible(True)
 
     # -- grounding -----------------------------------------------------------------------------------------
     def _grounded(self, grounding: Any, seq: int) -> None:
