@@ -37,12 +37,29 @@ class ImageMeta:
     format: str | None = None
 
 
+@dataclass(frozen=True)
+class MetadataField:
+    """One field as a tool wrote it, for the inspector and `--json`: `name` in exiv2's key form
+    (what digiKam and `exiv2 -pa` show: "Exif.Photo.DateTimeOriginal", "Iptc.Application2.Keywords",
+    "Xmp.dc.subject"), `value` as written (entries of an array joined by ", "), `source` where it
+    was read ("IMG_0001.CR2.xmp", "IMG_0001.jpg (embedded XMP)", "IMG_0001.jpg (EXIF)",
+    "IMG_0001.jpg (IPTC)"), `used` whether it is the value in effect (False: a source of higher
+    precedence set that group, or the value was recognised as not the picture's, with `note` saying
+    why, e.g. darktable's copy of the file time)."""
+
+    name: str
+    value: str
+    source: str
+    used: bool = True
+    note: str = ""
+
+
 @dataclass
 class PhotoMetadata:
-    """What a picture's XMP says about it (the packet embedded in the file and its sidecar), as
-    engine.metadata reads it and the catalog stores it. Keywords: `subjects` are flat (dc:subject),
-    `hierarchy` holds paths with '|' between levels ("Places|Norway|Oslo": lr:hierarchicalSubject,
-    digiKam:TagsList)."""
+    """What a picture's metadata says about it (its XMP sidecars, the XMP packet embedded in the
+    file, its IPTC-IIM and EXIF), as engine.metadata reads it and the catalog stores it. Keywords:
+    `subjects` are flat (dc:subject, IPTC Keywords), `hierarchy` holds paths with '|' between
+    levels ("Places|Norway|Oslo": lr:hierarchicalSubject, digiKam:TagsList, mwg-kw)."""
 
     title: str | None = None
     description: str | None = None
@@ -53,6 +70,18 @@ class PhotoMetadata:
     taken_at: str | None = None  # ISO 8601 local time as written, e.g. 2023-06-14T10:22:31 (or a date)
     gps_lat: float | None = None  # decimal degrees, north positive
     gps_lon: float | None = None  # decimal degrees, east positive
+    # Issue 28: what EXIF, IPTC-IIM and the wider XMP vocabulary add.
+    camera_make: str | None = None  # EXIF Make, else XMP tiff:Make (a Lightroom sidecar of a RAW)
+    camera_model: str | None = None  # EXIF Model, else XMP tiff:Model
+    lens: str | None = None  # EXIF LensModel, else XMP exifEX:LensModel / aux:Lens
+    pick: str | None = None  # "rejected" | "pending" | "accepted" (digiKam:PickLabel)
+    # Which kind of source gave taken_at: "xmp" or "iptc" (engine.catalog.dates labels the date)
+    taken_from: str | None = None
+    # Every language's entry of dc:title / dc:description: ((language, text), ...), x-default first
+    titles: tuple[tuple[str, str], ...] = ()
+    descriptions: tuple[tuple[str, str], ...] = ()
+    # Every field read from every source, in precedence order (MetadataField)
+    fields: tuple[MetadataField, ...] = ()
     sources: tuple[str, ...] = ()  # where the values came from: sidecar file names, "embedded"
     problems: tuple[str, ...] = ()  # why a sidecar or field was not read, naming the file (and field)
     # What the values were read from (reader version, the sidecars' names, sizes and mtimes): a
