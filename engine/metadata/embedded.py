@@ -12,21 +12,37 @@ Where each container keeps it (the Adobe XMP specification, part 3, and the form
 The container is recognised by its first bytes, not by the file name. Every read is bounded (a
 packet of at most MAX_XMP_BYTES, a bounded number of segments, chunks, boxes and IFDs), so a
 hostile or truncated file costs little and yields None. Files are opened only through
-engine.fileutil.open_user_file. JPEG's extended XMP (a packet split over several APP1 segments)
-is not joined: the fields read here live in the main packet.
+engine.fileutil.open_user_file.
+
+JPEG's extended XMP (XMP specification part 3, 1.1.3.1): a packet over 64 KB is split into a
+main packet, whose xmpNote:HasExtendedXMP names a GUID, and APP1 segments with the signature
+"http://ns.adobe.com/xmp/extension/\\0", that GUID (32 hex digits, the MD5 of the whole extended
+packet), the extended packet's full length and the offset of the segment's part. Photoshop and
+exiftool move what does not fit (a long dc:subject, a Lightroom history) there; exiv2 0.28 does not
+join it (a JPEG whose dc:subject exiftool moved to the extended packet reads no keywords through
+python-exiv2), so it is joined here: the parts of that GUID only, each within the full length, the
+whole at most MAX_XMP_BYTES, its MD5 checked. Parts that do not make the whole packet (one missing,
+another GUID, a wrong MD5) are left out with a problem; the main packet is read all the same.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import struct
 import zlib
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from engine.fileutil import open_user_file
 from engine.metadata.xmp import MAX_XMP_BYTES
 
 JPEG_XMP_SIGNATURE = b"http://ns.adobe.com/xap/1.0/\x00"
+JPEG_EXTENDED_XMP_SIGNATURE = b"http://ns.adobe.com/xmp/extension/\x00"
+MAX_EXTENDED_GUIDS = 4  # distinct extended packets gathered in one JPEG (one is used)
+# xmpNote:HasExtendedXMP as an attribute or an element, whatever prefix names the namespace.
+_HAS_EXTENDED = re.compile(rb"HasExtendedXMP(?:\s*=\s*[\"']|\s*>\s*)([0-9A-Fa-f]{32})")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PNG_XMP_KEYWORD = b"XML:com.adobe.xmp"
 TIFF_XMP_TAG = 700
@@ -38,30 +54,53 @@ _TIFF_MAGIC = {b"II*\x00": "<", b"MM\x00*": ">", b"IIRO": "<", b"IIU\x00": "<", 
                b"MM\x00+": ">"}
 
 
+@dataclass
+class EmbeddedXmp:
+    """The XMP embedded in a picture: its (main) packet, and a JPEG's extended packet joined."""
+
+    packet: bytes
+    extended: bytes | None = None
+    problems: list[str] = field(default_factory=list)
+
+
 def read_embedded_xmp(path: os.PathLike[str] | str, *, follow_symlinks: bool = True) -> bytes | None:
     """The XMP packet embedded in the picture at `path`, or None when it holds none (or its
     container is too damaged to find one). Raises OSError when the file cannot be opened."""
+    found = read_embedded_xmp_parts(path, follow_symlinks=follow_symlinks)
+    return found.packet if found is not None else None
+
+
+def read_embedded_xmp_parts(path: os.PathLike[str] | str, *, follow_symlinks: bool = True) -> EmbeddedXmp | None:
+    """The XMP embedded in the picture at `path`, a JPEG's extended packet joined (EmbeddedXmp),
+    or None. Raises OSError when the file cannot be opened."""
     with open_user_file(path, follow_symlinks=follow_symlinks) as f:
-        return find_xmp(f, f.size)
+        return find_xmp_parts(f, f.size, os.path.basename(os.fspath(path)))
 
 
 def find_xmp(f: BinaryIO, size: int) -> bytes | None:
     """The XMP packet in an open, seekable picture file of `size` bytes, or None."""
+    found = find_xmp_parts(f, size)
+    return found.packet if found is not None else None
+
+
+def find_xmp_parts(f: BinaryIO, size: int, name: str = "the picture") -> EmbeddedXmp | None:
+    """The XMP in an open, seekable picture file of `size` bytes (EmbeddedXmp), or None."""
     head = f.read(16)
     try:
         if head[:2] == b"\xff\xd8":
-            return _jpeg(f)
+            return _jpeg(f, name)
+        packet = None
         if head[:8] == PNG_SIGNATURE:
-            return _png(f)
-        if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-            return _webp(f, size)
-        if head[:4] in _TIFF_MAGIC:
-            return _tiff(f, head, size)
-        if head[4:8] == b"ftyp":
-            return _isobmff(f, size)
+            packet = _png(f)
+        elif head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+            packet = _webp(f, size)
+        elif head[:4] in _TIFF_MAGIC:
+            packet = _tiff(f, head, size)
+        elif head[4:8] == b"ftyp":
+            packet = _isobmff(f, size)
     except (struct.error, ValueError, zlib.error, OverflowError):
         return None  # a damaged container: the decoder reports the picture itself
-    return None
+    return EmbeddedXmp(packet) if packet is not None else None
 
 
 def _read_exact(f: BinaryIO, n: int) -> bytes:
@@ -76,34 +115,83 @@ def _read_exact(f: BinaryIO, n: int) -> bytes:
 # --------------------------------------------------------------------------- JPEG
 
 
-def _jpeg(f: BinaryIO) -> bytes | None:
+def _jpeg(f: BinaryIO, name: str) -> EmbeddedXmp | None:
+    main: bytes | None = None
+    # GUID -> (full length, {offset: part}); at most MAX_XMP_BYTES held in all
+    parts: dict[bytes, tuple[int, dict[int, bytes]]] = {}
+    held = 0
+    problems: list[str] = []
     f.seek(2)
     for _ in range(MAX_STEPS):
         byte = f.read(1)
         if byte != b"\xff":
-            return None  # not at a marker: the stream is damaged
+            break  # not at a marker: the stream is damaged
         marker = f.read(1)
         while marker == b"\xff":  # fill bytes
             marker = f.read(1)
         if not marker:
-            return None
+            break
         m = marker[0]
         if m == 0x01 or 0xD0 <= m <= 0xD8:
             continue  # markers without a length
         if m in (0xDA, 0xD9):
-            return None  # start of scan / end of image: every APPn segment comes before
+            break  # start of scan / end of image: every APPn segment comes before
         (length,) = struct.unpack(">H", _read_exact(f, 2))
         if length < 2:
-            return None
+            break
         body = length - 2
         if m == 0xE1 and body >= len(JPEG_XMP_SIGNATURE):
             sig = _read_exact(f, len(JPEG_XMP_SIGNATURE))
-            if sig == JPEG_XMP_SIGNATURE:
-                return _read_exact(f, body - len(sig))
-            f.seek(body - len(sig), os.SEEK_CUR)
+            rest = body - len(sig)
+            if sig == JPEG_XMP_SIGNATURE and main is None:
+                main = _read_exact(f, rest)
+                continue
+            ext_sig = len(JPEG_EXTENDED_XMP_SIGNATURE)
+            if sig == JPEG_EXTENDED_XMP_SIGNATURE[:len(sig)] and rest >= ext_sig - len(sig) + 40:
+                tail = _read_exact(f, ext_sig - len(sig))
+                rest -= len(tail)
+                if sig + tail == JPEG_EXTENDED_XMP_SIGNATURE:
+                    header = _read_exact(f, 40)
+                    rest -= 40
+                    guid, (full, offset) = header[:32], struct.unpack(">II", header[32:])
+                    known = parts.get(guid)
+                    fits = (0 < full <= MAX_XMP_BYTES and offset + rest <= full and held + rest <= MAX_XMP_BYTES
+                            and (known is None or known[0] == full)
+                            and (known is not None or len(parts) < MAX_EXTENDED_GUIDS))
+                    if fits:
+                        parts.setdefault(guid, (full, {}))[1][offset] = _read_exact(f, rest)
+                        held += rest
+                        continue
+                    problems.append(f"the extended XMP embedded in {name}: a part past its bounds was left out")
+            f.seek(rest, os.SEEK_CUR)
         else:
             f.seek(body, os.SEEK_CUR)
-    return None
+    if main is None:
+        return None
+    found = EmbeddedXmp(main, problems=problems)
+    m_guid = _HAS_EXTENDED.search(main)
+    if m_guid is None:
+        return found
+    guid = m_guid.group(1).upper()
+    if guid not in parts:
+        found.problems.append(f"the XMP embedded in {name} names an extended packet ({guid.decode()}) that is "
+                              "not in the file; its fields were not read")
+        return found
+    full, chunks = parts[guid]
+    joined = bytearray()
+    for offset in sorted(chunks):
+        if offset != len(joined):
+            break
+        joined += chunks[offset]
+    if len(joined) != full:
+        found.problems.append(f"the extended XMP embedded in {name} is incomplete ({len(joined):,} of {full:,} "
+                              "bytes in order); its fields were not read")
+    elif hashlib.md5(joined, usedforsecurity=False).hexdigest().upper().encode() != guid:
+        found.problems.append(f"the extended XMP embedded in {name} does not match its MD5 "
+                              f"({guid.decode()}); its fields were not read")
+    else:
+        found.extended = bytes(joined)
+    return found
 
 
 # --------------------------------------------------------------------------- PNG and WebP

@@ -42,6 +42,7 @@ Nothing is ever written: sidecars and pictures are only read, through engine.fil
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -50,17 +51,21 @@ from pathlib import Path
 from typing import Any
 
 from engine.fileutil import FileTooLargeError, NotARegularFileError, read_user_file
-from engine.metadata.embedded import read_embedded_xmp
+from engine.metadata.embedded import read_embedded_xmp_parts
+from engine.metadata.exif_iptc import read_exif_iptc
 from engine.metadata.xmp import GROUPS, MAX_XMP_BYTES, XmpError, XmpPacket, parse_xmp
-from engine.types import PhotoMetadata
+from engine.types import MetadataField, PhotoMetadata
 
 SIDECAR_SUFFIX = ".xmp"
 WHOLE_NAME = "whole name"  # IMG_0001.CR2.xmp
 STEM = "stem"  # IMG_0001.xmp
 # Part of every stored state: a reader that learns new fields bumps it, and the next scan reads
-# every picture's XMP again (without re-embedding any picture).
-READER_VERSION = 1
+# every picture's metadata again (without re-embedding any picture). 2: EXIF, IPTC-IIM, extended
+# XMP and the wider XMP vocabulary (issue 28).
+READER_VERSION = 2
 EMBEDDED = "embedded"
+IPTC = "iptc"
+EXIF = "exif"
 
 
 @dataclass(frozen=True)
@@ -113,44 +118,167 @@ def sidecar_state(sidecars: Iterable[SidecarFile], pair_of: Sequence[str] = ()) 
 
 def read_photo_metadata(image_path: Path, sidecars: Sequence[SidecarFile] = (), *,
                         follow_symlinks: bool = True, pair_of: Sequence[str] = ()) -> PhotoMetadata:
-    """The picture's XMP: its sidecars and its embedded packet, combined as the module says.
-    `pair_of`: the files of a RAW+JPEG pair this picture stands for (indexed once): a stem sidecar
-    marked for one of them belongs to this picture too, and their whole-name sidecars come after
-    the picture's own. Never raises for a bad sidecar or packet: each is a problem in `problems`."""
+    """The picture's metadata: its sidecars, its embedded XMP packet, its IPTC-IIM and EXIF,
+    combined as the module says. `pair_of`: the files of a RAW+JPEG pair this picture stands for
+    (indexed once): a stem sidecar marked for one of them belongs to this picture too, and their
+    whole-name sidecars come after the picture's own. Never raises for a bad sidecar, packet or
+    field: each is a problem in `problems`."""
     image_path = Path(image_path)
     problems: list[str] = []
-    sources: list[str] = []
     extensions = {Path(name).suffix.lstrip(".").casefold() for name in (image_path.name, *pair_of)}
+    ordered = sorted(sidecars, key=lambda s: (s.kind != WHOLE_NAME, bool(s.pair_of)))
     chosen: XmpPacket | None = None
-    for s in sorted(sidecars, key=lambda s: (s.kind != WHOLE_NAME, bool(s.pair_of))):
+    chosen_file: SidecarFile | None = None
+    for s in ordered:
         packet = _read_sidecar(s, problems)
-        if packet is None:
+        if packet is None or not _belongs(s, packet, extensions):
             continue
-        marked = packet.sidecar_for.strip().lstrip(".").casefold() if packet.sidecar_for else None
-        if s.kind == STEM and marked and marked not in extensions:
-            continue  # Lightroom's sidecar of another file of that stem (IMG_0001.CR2 beside this JPEG)
-        chosen = packet
+        chosen, chosen_file = packet, s
         break
     embedded = _read_embedded(image_path, follow_symlinks, problems)
+    exif, iptc, exif_problems = read_exif_iptc(image_path, follow_symlinks=follow_symlinks)
+    problems.extend(exif_problems)
 
-    values: dict[str, Any] = {}
-    for packet in (chosen, embedded):
-        if packet is None:
-            continue
-        taken = [g for g in GROUPS if g in packet.values and g not in values]
-        for g in taken:
-            values[g] = packet.values[g]
-        if taken or packet is chosen:
-            sources.append(EMBEDDED if packet is embedded else packet.source)
-            problems.extend(packet.problems)
+    # darktable's invented date: a file time, not the picture's; the date group falls through.
+    date_sources: list[XmpPacket | None] = [chosen]
+    if chosen is not None and chosen_file is not None and _is_darktable_file_time(chosen, chosen_file, image_path,
+                                                                                  exif):
+        if chosen_file.kind == WHOLE_NAME:
+            date_sources.append(_stem_sidecar(ordered, chosen_file, extensions, problems))
+    date_sources += [embedded, iptc]
+
+    xmp_first = [chosen, embedded, iptc, exif]
+    order: dict[str, list[XmpPacket | None]] = {g: xmp_first for g in GROUPS}
+    order["taken_at"] = date_sources
+    order["camera"] = order["lens"] = [exif, chosen, embedded]
+    winner: dict[str, XmpPacket] = {}
+    for group, candidates in order.items():
+        for packet in candidates:
+            if packet is not None and group in packet.values:
+                winner[group] = packet
+                break
+    values = {g: p.values[g] for g, p in winner.items()}
+
+    sources: list[str] = []
+    fields: list[MetadataField] = []
+    labels = {id(embedded): f"{image_path.name} (embedded XMP)"}
+    everyone: list[XmpPacket] = []
+    for packet in (chosen, *date_sources, embedded, iptc, exif):
+        if packet is not None and not any(packet is p for p in everyone):
+            everyone.append(packet)
+    for packet in everyone:
+        contributed = any(p is packet for p in winner.values())
+        if contributed or packet is chosen:
+            sources.append(_source_name(packet, chosen, embedded, exif, iptc))
+            if packet is not exif and packet is not iptc:  # theirs are already in `problems`
+                problems.extend(packet.problems)
+        label = labels.get(id(packet), packet.source)
+        for f in packet.fields:
+            used, note = f.used, f.note
+            if f.group is not None and used and winner.get(f.group) is not packet:
+                used = False
+                other = winner.get(f.group)
+                note = f"{labels.get(id(other), other.source)} sets the {_GROUP_NAMES[f.group]}" if other \
+                    else note
+            fields.append(MetadataField(f.name, f.value, label, used, note))
+
     subjects, hierarchy = values.get("keywords", ((), ()))
     lat, lon = values.get("gps", (None, None))
+    make, model = values.get("camera", (None, None))
+    date_from = winner.get("taken_at")
     return PhotoMetadata(
         title=values.get("title"), description=values.get("description"),
-        subjects=tuple(subjects), hierarchy=tuple(hierarchy), rating=values.get("rating"),
+        subjects=_unique(subjects), hierarchy=_unique(hierarchy), rating=values.get("rating"),
         label=values.get("label"), taken_at=values.get("taken_at"), gps_lat=lat, gps_lon=lon,
-        sources=tuple(sources), problems=tuple(problems), state=sidecar_state(sidecars, pair_of),
+        camera_make=make, camera_model=model, lens=values.get("lens"), pick=values.get("pick"),
+        taken_from=None if date_from is None else ("iptc" if date_from is iptc else "xmp"),
+        titles=winner["title"].languages.get("title", ()) if "title" in winner else (),
+        descriptions=winner["description"].languages.get("description", ()) if "description" in winner else (),
+        fields=tuple(fields), sources=tuple(sources), problems=tuple(problems),
+        state=sidecar_state(sidecars, pair_of),
     )
+
+
+_GROUP_NAMES = {"title": "title", "description": "description", "keywords": "keywords", "rating": "rating",
+                "label": "colour label", "pick": "pick label", "taken_at": "date", "gps": "position",
+                "camera": "camera", "lens": "lens"}
+
+
+def _source_name(packet: XmpPacket, chosen: XmpPacket | None, embedded: XmpPacket | None,
+                 exif: XmpPacket | None, iptc: XmpPacket | None) -> str:
+    if packet is embedded:
+        return EMBEDDED
+    if packet is exif:
+        return EXIF
+    if packet is iptc:
+        return IPTC
+    return packet.source
+
+
+def _belongs(s: SidecarFile, packet: XmpPacket, extensions: set[str]) -> bool:
+    marked = packet.sidecar_for.strip().lstrip(".").casefold() if packet.sidecar_for else None
+    # Lightroom's sidecar of another file of that stem (IMG_0001.CR2 beside this JPEG) is not this picture's.
+    return not (s.kind == STEM and marked and marked not in extensions)
+
+
+def _stem_sidecar(ordered: Sequence[SidecarFile], chosen: SidecarFile, extensions: set[str],
+                  problems: list[str]) -> XmpPacket | None:
+    """The stem sidecar that belongs to the picture, read for its date only (the chosen
+    whole-name sidecar's date was darktable's copy of the file time)."""
+    for s in ordered:
+        if s is chosen or s.kind != STEM:
+            continue
+        packet = _read_sidecar(s, problems)
+        if packet is not None and _belongs(s, packet, extensions):
+            return packet
+    return None
+
+
+def _is_darktable_file_time(packet: XmpPacket, sidecar: SidecarFile, image_path: Path,
+                            exif: XmpPacket | None) -> bool:
+    """Whether the sidecar's date is the one darktable invents for a picture without an EXIF
+    date: exif:DateTimeOriginal equal, to the second, to the picture file's modification time in
+    local time (darktable's dt_exif_read starts from the file's mtime, src/common/exif.cc, and
+    writes it into the sidecar). When it is, the sidecar's date property is marked as a file
+    time and left out of `packet.values` (its next date property, if any, takes its place)."""
+    if exif is not None and "exif_date" in exif.values:
+        return False
+    valid = [(name, raw, when) for name, raw, when in packet.dates if when is not None]
+    if not valid or valid[0][0] != "exif:DateTimeOriginal" or "T" not in valid[0][2]:
+        return False
+    name, raw, when = valid[0]
+    pictures = {image_path}
+    if sidecar.kind == WHOLE_NAME:
+        pictures.add(sidecar.path.with_name(sidecar.name[:-len(SIDECAR_SUFFIX)]))
+    times = set()
+    for picture in pictures:
+        try:
+            mtime = os.stat(picture).st_mtime
+        except (OSError, ValueError):
+            continue
+        times.add(dt.datetime.fromtimestamp(int(mtime)).strftime("%Y-%m-%dT%H:%M:%S"))
+    if when not in times:
+        return False
+    packet.values.pop("taken_at", None)
+    packet.fields[:] = [
+        dataclasses.replace(f, used=False, note=FILE_TIME_NOTE) if f.name == "Xmp.exif.DateTimeOriginal" else f
+        for f in packet.fields]
+    if len(valid) > 1:  # the sidecar's next date property (photoshop:DateCreated, xmp:CreateDate)
+        nxt = valid[1]
+        packet.values["taken_at"] = nxt[2]
+        packet.fields[:] = [
+            dataclasses.replace(f, used=True, note="") if f.name == "Xmp." + nxt[0].replace(":", ".") else f
+            for f in packet.fields]
+        return False
+    return True
+
+
+FILE_TIME_NOTE = ("the picture file's modification time, which darktable writes as the date of a picture "
+                  "without an EXIF date: a file time, not the picture's date")
+
+
+def _unique(items: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
 
 
 def _read_sidecar(s: SidecarFile, problems: list[str]) -> XmpPacket | None:
@@ -175,23 +303,29 @@ def _read_sidecar(s: SidecarFile, problems: list[str]) -> XmpPacket | None:
 def _read_embedded(image_path: Path, follow_symlinks: bool, problems: list[str]) -> XmpPacket | None:
     source = f"the XMP embedded in {image_path.name}"
     try:
-        raw = read_embedded_xmp(image_path, follow_symlinks=follow_symlinks)
+        found = read_embedded_xmp_parts(image_path, follow_symlinks=follow_symlinks)
     except OSError as exc:
         problems.append(f"{source} was not read ({exc.strerror or exc})")
         return None
-    if raw is None:
+    if found is None:
         return None
     try:
-        return parse_xmp(raw, source)
+        packet = parse_xmp(found.packet, source, extended=found.extended)
     except XmpError as exc:
         problems.append(str(exc))
         return None
+    packet.problems[:0] = found.problems
+    return packet
 
 
 def display_keywords(meta: PhotoMetadata, separator: str = " › ") -> list[str]:
     """The keywords as a person reads them: each hierarchical path once ("Places › Norway ›
     Oslo"), then the flat keywords that are not already a level of one of those paths."""
     levels = {part.casefold() for path in meta.hierarchy for part in path.split("|")}
-    out = [separator.join(path.split("|")) for path in meta.hierarchy]
-    out += [s for s in meta.subjects if s.casefold() not in levels]
-    return out
+    out: dict[str, str] = {}  # casefolded -> as first written: each keyword once
+    for path in meta.hierarchy:
+        out.setdefault(path.casefold(), separator.join(path.split("|")))
+    for s in meta.subjects:
+        if s.casefold() not in levels:
+            out.setdefault(s.casefold(), s)
+    return list(out.values())
