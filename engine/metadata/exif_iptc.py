@@ -25,6 +25,7 @@ is lost.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import warnings
@@ -50,9 +51,29 @@ from engine.metadata.xmp import (
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     exiv2.enableBMFF(True)
-# exiv2's own warnings (a maker note it does not know) would go to the log for every such picture;
-# what matters reaches the caller as an Exiv2Error, which becomes a problem naming the file.
+# exiv2's own warnings (a maker note it does not know) would go to the log for every such picture.
+# Its errors (a damaged IFD it skips: "Directory Image with 65535 entries considered invalid; not
+# read.") come to Python's "exiv2" logger while the read goes on; those of a read are collected
+# and become problems naming the file.
 exiv2.LogMsg.setLevel(exiv2.LogMsg.Level.error)
+
+
+class _ExivErrors(logging.Handler):
+    """Collects the exiv2 log's errors while a read holds _EXIV2_LOCK (a bounded list), else drops
+    them (a handler of its own keeps Python's last-resort handler from printing them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.messages is not None and len(self.messages) < MAX_LOGGED:
+            self.messages.append(record.getMessage().strip()[:500])
+
+
+MAX_LOGGED = 5
+_EXIV_ERRORS = _ExivErrors()
+logging.getLogger("exiv2").addHandler(_EXIV_ERRORS)
 # The XMP toolkit inside libexiv2 must be initialised once before threads use it, and darktable
 # reads metadata under a lock (src/common/exif.cc, read_metadata_threadsafe): so do we.
 exiv2.XmpParser.initialize()
@@ -74,27 +95,32 @@ def read_exif_iptc(path: os.PathLike[str] | str, *, follow_symlinks: bool = True
     "NAME (EXIF)" / "NAME (IPTC)", or None when the picture has none. Never raises for the file's
     content; an OSError opening it is a problem too."""
     name = Path(path).name
+    target = os.fspath(path)
     try:
         with open_user_file(path, follow_symlinks=follow_symlinks) as f:
-            fd_path = _descriptor_path(f.fileno())
-            target = fd_path if fd_path is not None else os.fspath(path)
+            target = _descriptor_path(f.fileno()) or target
             with _EXIV2_LOCK:
-                image = exiv2.ImageFactory.open(target)
-                image.readMetadata()
-                exif = [(d.key(), d) for d in image.exifData()]
-                iptc = [(d.key(), d) for d in image.iptcData()]
-                exif_packet = _exif(exif, name) if exif else None
-                iptc_packet = _iptc(iptc, name) if iptc else None
+                _EXIV_ERRORS.messages = logged = []
+                try:
+                    image = exiv2.ImageFactory.open(target)
+                    image.readMetadata()
+                    exif = [(d.key(), d) for d in image.exifData()]
+                    iptc = [(d.key(), d) for d in image.iptcData()]
+                    exif_packet = _exif(exif, name) if exif else None
+                    iptc_packet = _iptc(iptc, name) if iptc else None
+                finally:
+                    _EXIV_ERRORS.messages = None
     except (NotARegularFileError, FileTooLargeError) as exc:
         return None, None, [f"{name}: EXIF and IPTC not read ({exc})"]
     except OSError as exc:
         return None, None, [f"{name}: EXIF and IPTC not read ({exc.strerror or exc})"]
     except exiv2.Exiv2Error as exc:
-        code = exc.args[0] if exc.args else None
-        if code in _UNKNOWN_TYPE:
+        if getattr(exc, "code", None) in _UNKNOWN_TYPE:
             return None, None, []
-        return None, None, [f"{name}: EXIF and IPTC not read (exiv2: {exc.args[-1] if exc.args else exc})"]
-    problems = [*(exif_packet.problems if exif_packet else ()), *(iptc_packet.problems if iptc_packet else ())]
+        message = str(getattr(exc, "message", exc)).replace(f"{target}: ", "").replace(target, name)
+        return None, None, [f"{name}: EXIF and IPTC not read (exiv2: {message})"]
+    problems = [f"{name}: exiv2: {m.replace(target, name)}" for m in logged]
+    problems += [*(exif_packet.problems if exif_packet else ()), *(iptc_packet.problems if iptc_packet else ())]
     return exif_packet, iptc_packet, problems
 
 
