@@ -120,6 +120,7 @@ def _jpeg(f: BinaryIO, name: str) -> EmbeddedXmp | None:
     # GUID -> (full length, {offset: part}); at most MAX_XMP_BYTES held in all
     parts: dict[bytes, tuple[int, dict[int, bytes]]] = {}
     held = 0
+    wanted: bytes | None = None  # the GUID the main packet names, once it is seen
     problems: list[str] = []
     f.seek(2)
     for _ in range(MAX_STEPS):
@@ -145,6 +146,10 @@ def _jpeg(f: BinaryIO, name: str) -> EmbeddedXmp | None:
             rest = body - len(sig)
             if sig == JPEG_XMP_SIGNATURE and main is None:
                 main = _read_exact(f, rest)
+                named = _HAS_EXTENDED.search(main)
+                wanted = named.group(1).upper() if named else b""
+                for other in [g for g in parts if g != wanted]:  # parts of other packets, seen before
+                    held -= sum(len(c) for c in parts.pop(other)[1].values())
                 continue
             ext_sig = len(JPEG_EXTENDED_XMP_SIGNATURE)
             if sig == JPEG_EXTENDED_XMP_SIGNATURE[:len(sig)] and rest >= ext_sig - len(sig) + 40:
@@ -153,7 +158,10 @@ def _jpeg(f: BinaryIO, name: str) -> EmbeddedXmp | None:
                 if sig + tail == JPEG_EXTENDED_XMP_SIGNATURE:
                     header = _read_exact(f, 40)
                     rest -= 40
-                    guid, (full, offset) = header[:32], struct.unpack(">II", header[32:])
+                    guid, (full, offset) = header[:32].upper(), struct.unpack(">II", header[32:])
+                    if wanted is not None and guid != wanted:
+                        f.seek(rest, os.SEEK_CUR)
+                        continue  # another packet's part (the main packet names which one is its)
                     known = parts.get(guid)
                     fits = (0 < full <= MAX_XMP_BYTES and offset + rest <= full and held + rest <= MAX_XMP_BYTES
                             and (known is None or known[0] == full)
@@ -162,17 +170,17 @@ def _jpeg(f: BinaryIO, name: str) -> EmbeddedXmp | None:
                         parts.setdefault(guid, (full, {}))[1][offset] = _read_exact(f, rest)
                         held += rest
                         continue
-                    problems.append(f"the extended XMP embedded in {name}: a part past its bounds was left out")
+                    problems.append(f"the extended XMP embedded in {name}: a part past its bounds (length, offset, "
+                                    f"or over {MAX_EXTENDED_GUIDS} packets) was left out")
             f.seek(rest, os.SEEK_CUR)
         else:
             f.seek(body, os.SEEK_CUR)
     if main is None:
         return None
     found = EmbeddedXmp(main, problems=problems)
-    m_guid = _HAS_EXTENDED.search(main)
-    if m_guid is None:
+    guid = wanted
+    if not guid:
         return found
-    guid = m_guid.group(1).upper()
     if guid not in parts:
         found.problems.append(f"the XMP embedded in {name} names an extended packet ({guid.decode()}) that is "
                               "not in the file; its fields were not read")

@@ -119,7 +119,9 @@ def read_exif_iptc(path: os.PathLike[str] | str, *, follow_symlinks: bool = True
             return None, None, []
         message = str(getattr(exc, "message", exc)).replace(f"{target}: ", "").replace(target, name)
         return None, None, [f"{name}: EXIF and IPTC not read (exiv2: {message})"]
-    problems = [f"{name}: exiv2: {m.replace(target, name)}" for m in logged]
+    # exiv2 parses the embedded XMP too; what is wrong there engine.metadata.embedded and xmp say,
+    # with their own bounds and words, so the XMP toolkit's complaints are not repeated.
+    problems = [f"{name}: exiv2: {m.replace(target, name)}" for m in logged if not m.startswith("XMP Toolkit")]
     problems += [*(exif_packet.problems if exif_packet else ()), *(iptc_packet.problems if iptc_packet else ())]
     return exif_packet, iptc_packet, problems
 
