@@ -264,9 +264,8 @@ def _degrees(datum: Any, ref: str, refs: str, limit: float) -> float | None:
             parts.append(Fraction(num, den))
     except (exiv2.Exiv2Error, ValueError, TypeError, OverflowError):
         return None
+    # No check that minutes and seconds are under 60: exiftool rounds 59.9° to 59/1 53/1 60/1.
     deg, minutes, seconds = parts
-    if minutes >= 60 or seconds >= 60:
-        return None
     value = float(deg + minutes / 60 + seconds / 3600)
     if value > limit:
         return None
