@@ -1,5 +1,5 @@
-"""A picture's XMP metadata: which sidecar files belong to it, and how they combine with the
-packet embedded in the picture.
+"""A picture's metadata: which XMP sidecar files belong to it, and how they combine with the
+XMP packet embedded in the picture, its IPTC-IIM and its EXIF (engine.metadata.exif_iptc).
 
 Sidecar names (both conventions are found; the scan lists the .xmp files of each folder):
 
@@ -18,21 +18,25 @@ indexed also gets the sidecars of the file left out, and a stem sidecar marked f
 (SidecarForExtension="CR2" on IMG_0001.xmp) belongs to it, since that is where Lightroom keeps the
 keywords of the pair while the JPEG is what Longlens indexes by default.
 
-Precedence, field group by field group (title, description, keywords, rating, label, date, GPS):
+Precedence, group by group (docs/xmp.md "Precedence" has the table and the tools' code it follows):
+the sidecar (the whole-name one when there is one, the picture's own first, then the one of the
+pair's file left out; else the stem sidecar that belongs to the picture) sets the groups it has;
+the packet embedded in the picture, then IPTC-IIM, then EXIF fill the others (the order of
+darktable's dt_exif_read and of digiKam's read mappings). Camera and lens come from EXIF first
+(digiKam's getPhotographInformation); the EXIF date is the catalog's exif_date, not taken_at.
 
-1. the whole-name sidecar (IMG_0001.CR2.xmp) when there is one (the picture's own first, then the
-   one of the pair's file left out);
-2. else the stem sidecar (IMG_0001.xmp) that belongs to the picture;
-3. the packet embedded in the picture fills the groups the sidecar does not set.
+Why the sidecar first: a whole-name sidecar names exactly one file, so it can never be the other
+half of a RAW+JPEG pair's; and the tools that write it (darktable, digiKam) read the stem sidecar
+and the embedded packet when they first import a picture, so theirs is the later, fuller view.
+When both sidecars exist the stem one is not merged in: a keyword removed in darktable must not
+come back from a Lightroom file left beside it. Keywords are one group (flat and hierarchical
+together), so the two lists always come from the same source.
 
-Why: a whole-name sidecar names exactly one file, so it can never be the other half of a
-RAW+JPEG pair's; and the tools that write it (darktable, digiKam) read the stem sidecar and the
-embedded packet when they first import a picture, so theirs is the later, fuller view. When both
-sidecars exist the stem one is not merged in: a keyword removed in darktable must not come back
-from a Lightroom file left beside it. A sidecar is what the user's editor keeps; the embedded
-packet is what the camera or an earlier tool wrote into the file, so the sidecar wins where both
-set a group, and nothing the file says is lost where the sidecar is silent. Keywords are one
-group (flat and hierarchical together), so the two lists always come from the same source.
+darktable's invented date: a sidecar's exif:DateTimeOriginal equal to the picture file's
+modification time (local time, to the second) while the picture has no EXIF date is the file time
+darktable writes for such a picture, not its date: it is kept as a field with used=False, and the
+date group falls through to the sidecar's next date property, the stem sidecar, the embedded
+packet, IPTC.
 
 A sidecar that cannot be read (malformed XML, an XML bomb, too large, unreadable) is a problem
 naming the file; the next source in the order above is used instead, so nothing else is lost.
