@@ -212,11 +212,12 @@ def test_iptc_keywords_equal_to_xmp_ones_and_darktables_double_listing_appear_on
     pic = _jpeg(tmp_path / "dup.jpg")
     _iptc(pic, [("Iptc.Application2.Keywords", "sunset"), ("Iptc.Application2.Keywords", "Oslo")])
     _sidecar(tmp_path / "dup.jpg.xmp", body="""
- <dc:subject><rdf:Bag><rdf:li>sunset</rdf:li><rdf:li>Oslo</rdf:li><rdf:li>Sunset</rdf:li></rdf:Bag></dc:subject>
+ <dc:subject><rdf:Bag><rdf:li>sunset</rdf:li><rdf:li>Oslo</rdf:li><rdf:li>Sunset</rdf:li><rdf:li>Fjord</rdf:li>
+ <rdf:li>fjord</rdf:li></rdf:Bag></dc:subject>
  <lr:hierarchicalSubject xmlns:lr="http://ns.adobe.com/lightroom/1.0/"><rdf:Bag><rdf:li>sunset</rdf:li>
  <rdf:li>Places|Norway|Oslo</rdf:li></rdf:Bag></lr:hierarchicalSubject>""")
     meta = _read(pic)
-    assert display_keywords(meta) == ["sunset", "Places › Norway › Oslo"]
+    assert display_keywords(meta) == ["sunset", "Places › Norway › Oslo", "Fjord"]  # case ignored, first kept
 
 
 # --------------------------------------------------------------------------- darktable's invented date
