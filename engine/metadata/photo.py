@@ -182,8 +182,10 @@ def read_photo_metadata(image_path: Path, sidecars: Sequence[SidecarFile] = (), 
             if f.group is not None and used and winner.get(f.group) is not packet:
                 used = False
                 other = winner.get(f.group)
-                note = f"{labels.get(id(other), other.source)} sets the {_GROUP_NAMES[f.group]}" if other \
-                    else note
+                if other is not None:
+                    note = f"{labels.get(id(other), other.source)} sets the {_GROUP_NAMES[f.group]}"
+                if other is None and not any(packet is p for p in order[f.group]) and chosen is not None:
+                    note = f"{chosen.source} is the picture's sidecar (this one is read for the date only)"
             fields.append(MetadataField(f.name, f.value, label, used, note))
 
     subjects, hierarchy = values.get("keywords", ((), ()))

@@ -251,11 +251,16 @@ def test_darktables_file_time_gives_way_to_the_embedded_create_date(tmp_path):
 def test_darktables_file_time_gives_way_to_a_lightroom_stem_sidecars_date(tmp_path):
     pic = _aged(_jpeg(tmp_path / "IMG_7.jpg"))
     _darktable_sidecar(pic)
-    _sidecar(tmp_path / "IMG_7.xmp", 'exif:DateTimeOriginal="2019-05-04T12:13:14" xmp:Rating="3"')
+    _sidecar(tmp_path / "IMG_7.xmp", 'exif:DateTimeOriginal="2019-05-04T12:13:14" xmp:Rating="3" '
+                                     'tiff:Make="Leica"')
     meta = _read(pic)
     assert meta.taken_at == "2019-05-04T12:13:14" and meta.taken_from == "xmp"
     assert meta.rating == 1  # only the date falls through: the whole-name sidecar is still the one used
+    assert meta.camera_make is None
     assert "IMG_7.xmp" in meta.sources
+    make = _fields(meta, "Xmp.tiff.Make")[0]
+    assert (make.source, make.used) == ("IMG_7.xmp", False)
+    assert make.note == "IMG_7.jpg.xmp is the picture's sidecar (this one is read for the date only)"
 
 
 def test_darktables_file_time_gives_way_to_the_iptc_date_and_else_leaves_no_date(tmp_path):
