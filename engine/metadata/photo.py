@@ -153,6 +153,9 @@ def read_photo_metadata(image_path: Path, sidecars: Sequence[SidecarFile] = (), 
 
     xmp_first = [chosen, embedded, iptc, exif]
     order: dict[str, list[XmpPacket | None]] = {g: xmp_first for g in GROUPS}
+    if chosen is not None and chosen.by_darktable:
+        for group in DARKTABLE_COMPLETE_GROUPS:
+            order[group] = [chosen]
     order["taken_at"] = date_sources
     order["camera"] = order["lens"] = [exif, chosen, embedded]
     winner: dict[str, XmpPacket] = {}
@@ -185,7 +188,11 @@ def read_photo_metadata(image_path: Path, sidecars: Sequence[SidecarFile] = (), 
                 if other is not None:
                     note = f"{labels.get(id(other), other.source)} sets the {_GROUP_NAMES[f.group]}"
                 if other is None and not any(packet is p for p in order[f.group]) and chosen is not None:
-                    note = f"{chosen.source} is the picture's sidecar (this one is read for the date only)"
+                    if chosen.by_darktable and f.group in DARKTABLE_COMPLETE_GROUPS:
+                        note = (f"{chosen.source} is darktable's sidecar, which holds every "
+                                f"{_GROUP_NAMES[f.group]} darktable keeps for the picture (here none)")
+                    else:
+                        note = f"{chosen.source} is the picture's sidecar (this one is read for the date only)"
             fields.append(MetadataField(f.name, f.value, label, used, note))
 
     subjects, hierarchy = values.get("keywords", ((), ()))
@@ -277,6 +284,14 @@ def _is_darktable_file_time(packet: XmpPacket, sidecar: SidecarFile, image_path:
             for f in packet.fields]
         return False
     return True
+
+
+# darktable copies what it reads of a picture at import (its EXIF, IPTC and embedded XMP: title,
+# description, tags, rating, colour labels) into the sidecar it writes, and clears those before it
+# reads a sidecar back (src/common/exif.cc, dt_exif_xmp_read; checked with darktable-cli 4.2.1). So
+# in its sidecar a group left out means none: a keyword removed in darktable must not come back from
+# the picture's own XMP or IPTC.
+DARKTABLE_COMPLETE_GROUPS = ("title", "description", "keywords", "rating", "label")
 
 
 FILE_TIME_NOTE = ("the picture file's modification time, which darktable writes as the date of a picture "

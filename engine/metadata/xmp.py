@@ -124,6 +124,8 @@ class XmpPacket:
     source: str
     values: dict[str, Any] = field(default_factory=dict)
     sidecar_for: str | None = None  # photoshop:SidecarForExtension, e.g. "CR2"
+    # darktable:xmp_version is set: darktable wrote it (it always writes that property)
+    by_darktable: bool = False
     problems: list[str] = field(default_factory=list)
     fields: list[ReadField] = field(default_factory=list)
     # Every date property set, in DATE_PROPERTIES order: (name, as written, ISO local time or None)
@@ -271,6 +273,7 @@ def parse_xmp(data: bytes, source: str, *, extended: bytes | None = None) -> Xmp
     for prop in ("photoshop:Headline", "dc:creator", "photoshop:City", "photoshop:Country"):
         note(prop, None)
     packet.sidecar_for = _text(props.get("photoshop:SidecarForExtension"))
+    packet.by_darktable = "darktable:xmp_version" in props
     packet.extended_guid = _text(props.get("xmpNote:HasExtendedXMP"))
     return packet
 

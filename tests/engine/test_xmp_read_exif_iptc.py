@@ -220,6 +220,24 @@ def test_iptc_keywords_equal_to_xmp_ones_and_darktables_double_listing_appear_on
     assert display_keywords(meta) == ["sunset", "Places › Norway › Oslo", "Fjord"]  # case ignored, first kept
 
 
+def test_a_darktable_sidecar_holds_every_keyword_title_and_label_so_the_pictures_own_do_not_come_back(tmp_path):
+    # darktable copies the picture's own XMP and IPTC into its sidecar at import (checked with
+    # darktable-cli); a keyword or description missing from its sidecar was removed in darktable.
+    pic = _jpeg(tmp_path / "IMG_2.jpg", xmp=EMBEDDED)
+    _iptc(pic, [("Iptc.Application2.Caption", "IPTC caption")])
+    _sidecar(tmp_path / "IMG_2.jpg.xmp", 'xmp:Rating="1" darktable:xmp_version="5" '
+                                         'xmlns:darktable="http://darktable.sf.net/"')
+    meta = _read(pic)
+    assert (meta.subjects, meta.description, meta.rating) == ((), None, 1)
+    dropped = _fields(meta, "Xmp.dc.subject")[0]
+    assert dropped.used is False and "darktable's sidecar" in dropped.note
+    assert meta.taken_at == "2019-05-04T12:13:14"  # dates, GPS and camera still come from the picture
+    assert meta.gps_lat == pytest.approx(59 + 54.5 / 60)
+    # Any other sidecar (Lightroom's, Longlens's own) leaves the picture's values in place.
+    _sidecar(tmp_path / "IMG_2.jpg.xmp", 'xmp:Rating="1"')
+    assert _read(pic).subjects == ("embedded word",)
+
+
 # --------------------------------------------------------------------------- darktable's invented date
 
 
