@@ -36,8 +36,16 @@ from xml.sax.saxutils import escape
 
 from engine.metadata.xmp import NS, RDF, XmpError, rdf_root
 
-LONGLENS_NS = "https://longlens.example/ns/1.0/"
+# Longlens' own namespace: an identifier, never fetched (XMP namespaces are names; nothing reads
+# the URI over the network). It is on a domain the project holds, so no other schema can take
+# it; "/ns/xmp/1.0/" leaves room for a later version of the schema beside this one.
+LONGLENS_NS = "https://longlens.app/ns/xmp/1.0/"
+# The placeholder used before issue 28: entries in it are still read, and an export rewrites its
+# declarations to LONGLENS_NS (migrate_namespace), so a sidecar carries one Longlens namespace.
+LONGLENS_OLD_NS = "https://longlens.example/ns/1.0/"
 LONGLENS_PREFIX = "longlens"
+DIGIKAM_NS = "http://www.digikam.org/ns/1.0/"
+MWG_KW_NS = "http://www.metadataworkinggroup.com/schemas/keywords/"
 XML_NS = "http://www.w3.org/XML/1998/namespace"
 ADOBE_META = "adobe:ns:meta/"
 
@@ -65,6 +73,18 @@ class CaptionReview:
 class MergeResult:
     text: str
     changes: list[str] = field(default_factory=list)  # what differs, one line each
+    # What happened to each text field asked for ("dc:description" -> WRITTEN, KEPT_DIFFERS,
+    # UNCHANGED or KEPT_OTHER_FORM), for the listing and the summary's counts.
+    outcomes: dict[str, str] = field(default_factory=dict)
+    migrated: int = 0  # declarations of LONGLENS_OLD_NS rewritten to LONGLENS_NS
+
+
+# What happened to a description or title asked for.
+WRITTEN = "written"
+KEPT_DIFFERS = "kept: differs"  # the sidecar holds another text for that language; not replaced unless asked
+UNCHANGED = "unchanged"  # the sidecar already says exactly that
+KEPT_OTHER_FORM = "kept: not a language alternative"  # a plain value where an rdf:Alt belongs: not rewritten
+OUTCOMES: tuple[str, ...] = (WRITTEN, KEPT_DIFFERS, UNCHANGED, KEPT_OTHER_FORM)
 
 
 # --------------------------------------------------------------------------- a minimal tag scanner
@@ -171,18 +191,23 @@ def _attr_escape(value: str) -> str:
 # --------------------------------------------------------------------------- the merge
 
 
-def new_sidecar_text(sidecar_for: str | None) -> str:
+def new_sidecar_text(sidecar_for: str | None, *, tags_list: bool = False) -> str:
     """An empty sidecar shaped as the Adobe toolkit writes one; `sidecar_for` is the picture's
-    extension (photoshop:SidecarForExtension) for a stem-named (Lightroom) sidecar."""
+    extension (photoshop:SidecarForExtension) for a stem-named (Lightroom) sidecar. The
+    namespaces Longlens may write are declared on the Description, as the tools do (digiKam's
+    only when its TagsList is wanted)."""
     mark = ""
     if sidecar_for:
         mark = (f'\n    xmlns:photoshop="{NS["photoshop"]}"\n'
                 f'   photoshop:SidecarForExtension="{_attr_escape(sidecar_for)}"')
+    spaces = [("dc", NS["dc"]), ("lr", NS["lr"])] + ([("digiKam", DIGIKAM_NS)] if tags_list else []) + \
+        [(LONGLENS_PREFIX, LONGLENS_NS)]
+    decls = "".join(f'\n    xmlns:{p}="{u}"' for p, u in spaces)
     return (
         '<?xpacket begin="\ufeff" id="W5M0MpCehiHzreSzNTczkc9d"?>\n'
         f'<x:xmpmeta xmlns:x="{ADOBE_META}" x:xmptk="Longlens">\n'
         f' <rdf:RDF xmlns:rdf="{RDF}">\n'
-        f'  <rdf:Description rdf:about=""{mark}>\n'
+        f'  <rdf:Description rdf:about=""{decls}{mark}>\n'
         "  </rdf:Description>\n"
         " </rdf:RDF>\n"
         "</x:xmpmeta>\n"
@@ -393,23 +418,191 @@ def _merge_reviews(text: str, prop: _El, reviews: Sequence[CaptionReview], rdf_p
     return edits
 
 
+_OLD_NS_DECL = re.compile(r"(\bxmlns(?::[A-Za-z_][\w.\-]*)?\s*=\s*)([\"'])" + re.escape(LONGLENS_OLD_NS) + r"\2")
+
+
+def migrate_namespace(text: str) -> tuple[str, int]:
+    """`text` with every declaration of the old placeholder namespace (LONGLENS_OLD_NS) pointing
+    at LONGLENS_NS, and how many were changed. Only the URI inside the declarations changes: the
+    prefix, the entries (in whatever form a tool re-serialised them) and every other byte stay,
+    and everything in the old namespace was Longlens' own, so all of it moves. Declarations are
+    looked for in start tags only (never in comments or text)."""
+    spans: list[tuple[int, int]] = []
+
+    def collect(el: _El) -> None:
+        for c in el.children:
+            spans.append((c.start, c.start_end))
+            collect(c)
+
+    collect(_scan(text))
+    out, count, last = [], 0, 0
+    for start, end in spans:
+        tag = text[start:end]
+        new, n = _OLD_NS_DECL.subn(lambda m: f"{m.group(1)}{m.group(2)}{LONGLENS_NS}{m.group(2)}", tag)
+        if n:
+            out += [text[last:start], new]
+            last, count = end, count + n
+    out.append(text[last:])
+    return "".join(out), count
+
+
+_LANG_TAG = re.compile(r"^(x-default|[A-Za-z]{1,8}(-[A-Za-z0-9]{1,8})*)$")
+
+
+def language_problem(language: str) -> str | None:
+    """Why `language` cannot be an xml:lang of a description or title, or None (RFC 3066 / BCP 47
+    shape: "x-default", "en", "en-GB", "nb-NO", "zh-Hant-TW")."""
+    if not _LANG_TAG.match(language or ""):
+        return (f"{language!r} is not a language tag; use one like en, en-GB, de or nb-NO "
+                "(or x-default, the entry every tool shows by default)")
+    return None
+
+
+def _lang_of(li: _El) -> str:
+    for k, v in li.attrs.items():
+        prefix, _, local = k.rpartition(":")
+        if local == "lang" and prefix and li.scope.get(prefix) == XML_NS:
+            return v
+    return ""
+
+
+def _li_text(text: str, li: _El) -> tuple[str | None, tuple[int, int] | None]:
+    """One rdf:Alt entry's text and the span of `text` that holds it (to replace it), in the forms
+    tools write: `<rdf:li xml:lang="x-default">text</rdf:li>` (Adobe, exiv2, darktable, exiftool),
+    an empty `<rdf:li .../>` (span None: the entry is rewritten whole), or the qualified form
+    `<rdf:li rdf:parseType="Resource"><rdf:value>text</rdf:value>...` / rdf:value as an
+    attribute. (None, None) for a shape Longlens does not edit."""
+    if li.empty:
+        value = li.attrs.get(next((k for k in li.attrs if k.endswith(":value") and li.scope.get(k.split(":")[0]) == RDF),
+                                  ""), "")
+        return value, None
+    if not li.children:
+        return "".join(_fragment(text, li).itertext()), (li.start_end, li.end_start)
+    value_el = next((c for c in li.children if c.uri == RDF and c.local == "value"), None)
+    if value_el is not None and not value_el.children:
+        if value_el.empty:
+            return "", None
+        return "".join(_fragment(text, value_el).itertext()), (value_el.start_end, value_el.end_start)
+    return None, None
+
+
+def _merge_lang_alt(text: str, descs: list[_El], uri: str, local: str, prefix: str, value: str, language: str,
+                    replace: bool, rdf_prefix: str, step: str, nl: str
+                    ) -> tuple[str, list[tuple[int, int, str]], str | None, str]:
+    """dc:title / dc:description: the entry of `language` set to `value` in the rdf:Alt that is
+    there (whichever Description holds it, whatever its formatting), or a new property (returned
+    as a block for the main Description). Returns (outcome, edits, new block or None, detail).
+    An entry of that language with another text is kept unless `replace`. Like Adobe's XMP
+    Toolkit (SetLocalizedText), an Alt that has no x-default entry gets one with the same text,
+    first, so tools that show only x-default (darktable, exiftool's default) show it."""
+    canonical = f"{prefix}:{local}"
+    lang = language.casefold()
+    for d in descs:
+        for k, v in d.attrs.items():
+            p, _, loc = k.rpartition(":")
+            if p and d.scope.get(p) == uri and loc == local:
+                if v.strip() == value.strip():
+                    return UNCHANGED, [], None, ""
+                return KEPT_OTHER_FORM, [], None, f"written as a plain attribute ({canonical}=\"...\"), not changed"
+    prop = next((p for d in descs if (p := _find(d, uri, local)) is not None), None)
+    if prop is None:
+        return WRITTEN, [], "new", ""
+    alt = next((c for c in prop.children if c.uri == RDF and c.local == "Alt"), None)
+    if alt is None:
+        old = "".join(_fragment(text, prop).itertext()) if not prop.children else None
+        if old is not None and old.strip() == value.strip():
+            return UNCHANGED, [], None, ""
+        return KEPT_OTHER_FORM, [], None, "holds no rdf:Alt (a plain value), not changed"
+    lis = [c for c in alt.children if c.uri == RDF and c.local == "li"]
+    rp = _prefix_for(alt.scope, RDF) or rdf_prefix
+    entry = next((li for li in lis if _lang_of(li).casefold() == lang), None)
+    edits: list[tuple[int, int, str]] = []
+    detail = ""
+    if entry is not None:
+        old, span = _li_text(text, entry)
+        if old is None:
+            return KEPT_OTHER_FORM, [], None, f"its {language} entry has a form Longlens does not edit; not changed"
+        if old.strip() == value.strip():
+            return UNCHANGED, [], None, ""
+        if not replace:
+            return KEPT_DIFFERS, [], None, f"the sidecar says {_short(old)}"
+        detail = f"replaced {_short(old)}" if old.strip() else ""
+        if span is not None:
+            edits.append((span[0], span[1], escape(value)))
+        else:
+            start_tag = text[entry.start:entry.end].rstrip("/> \t\r\n")
+            start_tag = re.sub(r"\s+\S+:value\s*=\s*(\"[^\"]*\"|'[^']*')", "", start_tag)
+            edits.append((entry.start, entry.end, f"{start_tag}>{escape(value)}</{entry.qname}>"))
+    new_langs = [] if entry is not None else [language]
+    if lang != "x-default" and not any(_lang_of(li).casefold() == "x-default" for li in lis):
+        new_langs.insert(0, "x-default")
+    if new_langs:
+        first = [w for w in new_langs if w.casefold() == "x-default"]
+        rest = [w for w in new_langs if w.casefold() != "x-default"]
+
+        def li_xml(lg: str) -> str:
+            return f'<{rp}:li xml:lang="{_attr_escape(lg)}">{escape(value)}</{rp}:li>'
+
+        if lis:
+            ind = _indent_before(text, lis[0].start)
+            if first:  # x-default first, as the XMP specification asks
+                edits.append((lis[0].start, lis[0].start, "".join(li_xml(lg) + nl + ind for lg in first)))
+            if rest:
+                ind_last = _indent_before(text, lis[-1].start)
+                edits.append((lis[-1].end, lis[-1].end, "".join(nl + ind_last + li_xml(lg) for lg in rest)))
+        else:
+            ai = _indent_before(text, alt.start)
+            items = "".join(f"{nl}{ai}{step}{li_xml(lg)}" for lg in first + rest)
+            if alt.empty:
+                edits.append((alt.start, alt.end, f"<{alt.qname}>{items}{nl}{ai}</{alt.qname}>"))
+            else:
+                edits.append((alt.start_end, alt.start_end, items))
+    return WRITTEN, edits, None, detail
+
+
+def _short(text: str, limit: int = 60) -> str:
+    one = " ".join(text.split())
+    return repr(one if len(one) <= limit else one[: limit - 1] + "…")
+
+
+def _lang_alt_block(name: str, decl: str, value: str, language: str, rdf_prefix: str, indent: str, step: str,
+                    nl: str) -> str:
+    langs = ["x-default"] if language.casefold() == "x-default" else ["x-default", language]
+    items = "".join(f'{nl}{indent}{step * 2}<{rdf_prefix}:li xml:lang="{_attr_escape(lg)}">{escape(value)}'
+                    f"</{rdf_prefix}:li>" for lg in langs)
+    return f"<{name}{decl}>{nl}{indent}{step}<{rdf_prefix}:Alt>{items}{nl}{indent}{step}</{rdf_prefix}:Alt>{nl}{indent}</{name}>"
+
+
 def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionReview] = (),
-                  subjects: Sequence[str] = (), paths: Sequence[str] = (),
+                  subjects: Sequence[str] = (), paths: Sequence[str] = (), tags: Sequence[str] = (),
+                  tags_list: bool = False, description: str | None = None, title: str | None = None,
+                  language: str = "x-default", replace_description: bool = False, replace_title: bool = False,
                   sidecar_for: str | None = None) -> MergeResult:
     """The sidecar text with Longlens' results merged in, and what changed.
 
     `old`: the sidecar's current text (None: no sidecar yet, one is made). `reviews` replace the
     entries of the same captions in longlens:Reviews; `subjects` (flat) and `paths` ('|' between
     levels) are added to dc:subject and lr:hierarchicalSubject unless already there (case
-    ignored); nothing is ever removed. Raises XmpError (naming `source`) for a packet that cannot
-    be read or edited safely; then nothing may be written."""
-    text = old if old is not None else new_sidecar_text(sidecar_for)
+    ignored); `tags` ('|' between levels) to digiKam:TagsList ('/' between levels, as digiKam
+    writes it) when the sidecar has one, or `tags_list` asks for a new one; nothing is ever
+    removed. `description` / `title` go into the `language` entry of dc:description / dc:title
+    (see _merge_lang_alt): an entry with another text is kept unless `replace_description` /
+    `replace_title`. Declarations of the old Longlens namespace are migrated (migrate_namespace).
+    Raises XmpError (naming `source`) for a packet that cannot be read or edited safely; then
+    nothing may be written."""
+    fresh = new_sidecar_text(sidecar_for, tags_list=tags_list)
+    text = old if old is not None else fresh
     rdf_root(text.encode("utf-8"), source)  # defusedxml: DTDs and entities refused
     nl = "\r\n" if "\r\n" in text else "\n"
+    changes: list[str] = []
+    outcomes: dict[str, str] = {}
     try:
+        text, migrated = migrate_namespace(text)
         root = _scan(text)
     except XmpError as exc:
         raise XmpError(f"{source}: {exc}") from None
+    if migrated:
+        changes.append(f"Longlens namespace: migrated ({LONGLENS_OLD_NS} -> {LONGLENS_NS}; the entries as they were)")
     rdf_el = next((e for e in _walk(root) if e.uri == RDF and e.local == "RDF"), None)
     descs = [c for c in (rdf_el.children if rdf_el else []) if c.uri == RDF and c.local == "Description"]
     if not descs:
@@ -421,16 +614,43 @@ def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionRevi
 
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement), never overlapping
     blocks: list[str] = []  # new properties for the end of the main Description
-    changes: list[str] = []
     if main.children:
         indent = _indent_before(text, main.children[-1].start) or (_indent_before(text, main.start) + " ")
     else:
         indent = _indent_before(text, main.start) + " "
     step = " "
 
-    # Keywords, into the list that is there (whichever Description holds it), else a new one.
-    for uri, local, prefix, wanted in ((NS["dc"], "subject", "dc", subjects),
-                                       (NS["lr"], "hierarchicalSubject", "lr", paths)):
+    # Titles and descriptions: the entry of the language asked for, in the Alt that is there.
+    for uri, local, prefix, value, replace in ((NS["dc"], "title", "dc", title, replace_title),
+                                               (NS["dc"], "description", "dc", description, replace_description)):
+        if value is None:
+            continue
+        canonical = f"{prefix}:{local}"
+        outcome, alt_edits, new, detail = _merge_lang_alt(text, descs, uri, local, prefix, value, language, replace,
+                                                          rdf_prefix, step, nl)
+        if new is not None:
+            p = _prefix_for(main.scope, uri)
+            blocks.append(_lang_alt_block(f"{p or prefix}:{local}", "" if p else f' xmlns:{prefix}="{uri}"', value,
+                                          language, rdf_prefix, indent, step, nl))
+        edits += alt_edits
+        outcomes[canonical] = outcome
+        changes.append(f"{canonical} [{language}]: {outcome}" + (f" ({detail})" if detail else ""))
+
+    # Keywords, into every list the sidecar already has (whichever Description holds it), else a
+    # new one where that scheme is wanted: digiKam reads digiKam:TagsList first and stops there,
+    # so a keyword missing from it is one digiKam never shows.
+    has_tags_list = any(_find(d, DIGIKAM_NS, "TagsList") is not None for d in descs)
+    tag_entries: list[str] = []
+    for t in tags:
+        levels = t.split("|")
+        if any("/" in level for level in levels):
+            changes.append(f"digiKam:TagsList: {t!r} not added ('/' separates digiKam's levels)")
+            continue
+        tag_entries.append("/".join(levels))
+    schemes = [(NS["dc"], "subject", "dc", subjects), (NS["lr"], "hierarchicalSubject", "lr", paths)]
+    if has_tags_list or tags_list:
+        schemes.append((DIGIKAM_NS, "TagsList", "digiKam", tag_entries))
+    for uri, local, prefix, wanted in schemes:
         canonical = f"{prefix}:{local}"
         if not wanted:
             continue
@@ -445,7 +665,7 @@ def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionRevi
             if box is None:
                 raise XmpError(f"{source}: {canonical} holds no rdf:Bag; not changed")
             lis = [c for c in box.children if c.uri == RDF and c.local == "li"]
-        present = {text[li.start_end:li.end_start].strip().casefold() for li in lis if not li.empty}
+        present = {"".join(_fragment(text, li).itertext()).strip().casefold() for li in lis if not li.empty}
         new: list[str] = []
         for w in wanted:
             if w.casefold() not in present and w.casefold() not in {x.casefold() for x in new}:
@@ -470,9 +690,16 @@ def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionRevi
             p = _prefix_for(main.scope, uri)
             name = f"{p or prefix}:{local}"
             decl = "" if p else f' xmlns:{prefix}="{uri}"'
+            container = "Seq" if uri == DIGIKAM_NS else "Bag"  # as digiKam writes its TagsList
             items = "".join(f"{nl}{indent}{step * 2}<{rdf_prefix}:li>{escape(w)}</{rdf_prefix}:li>" for w in new)
-            blocks.append(f"<{name}{decl}>{nl}{indent}{step}<{rdf_prefix}:Bag>{items}{nl}{indent}{step}"
-                          f"</{rdf_prefix}:Bag>{nl}{indent}</{name}>")
+            blocks.append(f"<{name}{decl}>{nl}{indent}{step}<{rdf_prefix}:{container}>{items}{nl}{indent}{step}"
+                          f"</{rdf_prefix}:{container}>{nl}{indent}</{name}>")
+    if (subjects or paths) and any(_find(d, MWG_KW_NS, "Keywords") is not None for d in descs):
+        # Why not: an MWG keyword tree is a nested structure (Keyword, Children) that tools
+        # serialise in several shapes; the tools that write it (Photo Supreme, ACDSee, Elements)
+        # also read dc:subject, where the keyword is.
+        changes.append("mwg-kw:Keywords: not changed (Longlens does not edit MWG keyword trees; the keywords are "
+                       "in dc:subject and lr:hierarchicalSubject, which the tools writing mwg-kw read too)")
 
     # Longlens' own property: only the entry of each exported caption is replaced, or a new one is
     # appended; every other entry (another caption's, in whatever form a tool re-serialised it, or
@@ -503,6 +730,6 @@ def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionRevi
     out = text
     for start, end, repl in sorted(edits, key=lambda e: e[0], reverse=True):
         out = out[:start] + repl + out[end:]
-    if out != text:
+    if out != (old if old is not None else fresh):
         rdf_root(out.encode("utf-8"), source)  # what is written must read back
-    return MergeResult(out, changes)
+    return MergeResult(out, changes, outcomes, migrated)
