@@ -1,13 +1,20 @@
 """Exporting review results to XMP sidecars, only when the user asks (`longlens xmp export`).
 
 What is written, per picture of a reviewed caption file that has a verdict or a note: its
-review (engine.metadata.xmp_write: `longlens:Reviews` in the Longlens namespace) and the keywords
-the user chose (lr:hierarchicalSubject paths, and every level of each in dc:subject, as Lightroom
-writes them). Where:
+review (engine.metadata.xmp_write: `longlens:Reviews` in the Longlens namespace), the keywords
+the user chose (every scheme the sidecar uses: lr:hierarchicalSubject, each level in dc:subject
+as Lightroom writes them, digiKam:TagsList), and when asked (XmpTextOptions) the accepted
+caption as dc:description and a title as dc:title, in the language entry asked for; a
+different text already there is kept unless replacing is asked for. Where:
 
-  lightroom  IMG_0001.xmp beside the picture (its stem), marked with
-             photoshop:SidecarForExtension when Longlens creates it, as Lightroom does;
-  darktable  IMG_0001.CR2.xmp (its whole name), as darktable and digiKam name theirs.
+  lightroom  IMG_0001.xmp beside a proprietary RAW file (LIGHTROOM_SIDECAR_EXTENSIONS), marked
+             with photoshop:SidecarForExtension when Longlens creates it, as Lightroom does. For
+             JPEG, TIFF, PSD, PNG, HEIC and DNG Lightroom reads only the XMP inside the file, so
+             none is created (lightroom_reads_no_sidecar says why and what to do); the stem
+             sidecar of the pair's RAW file, and one that already holds the picture's metadata,
+             are still merged into;
+  darktable  IMG_0001.CR2.xmp (its whole name), as darktable and digiKam name theirs (a new one
+             gets digiKam:TagsList too: digiKam reads that list first and stops there).
 
 An existing sidecar (any case of the name) is merged into at the text level, keeping every other
 byte. Three phases: (1) read and merge every sidecar; (2) copy every one that will change into
