@@ -87,6 +87,10 @@ LIGHTROOM_SIDECAR_EXTENSIONS: frozenset[str] = frozenset({
     ".kdc", ".mef", ".mos", ".mrw", ".nef", ".nrw", ".orf", ".pef", ".raf", ".raw", ".rw2", ".rwl", ".sr2",
     ".srf", ".srw", ".x3f",
 })
+# Measured with darktable-cli 4.2.1: darktable reads a title or description as one text (exiv2's
+# whole LangAlt, 'lang="x-default" A, lang="de" B') and writes that back as its x-default entry.
+DARKTABLE_LANGUAGE_NOTE = ("darktable (4.2) reads only one language: on its next write of this sidecar it folds every "
+                           "language entry into its x-default text; digiKam and exiftool read each language")
 # What a description or title asked for became when the caption's review does not accept it.
 NOT_FAITHFUL = "not written: the caption is not marked faithful"
 # How each convention names a sidecar, and who reads it (the CLI's help and the app's dialog).
@@ -538,6 +542,8 @@ def _merge(target: SidecarTarget, keywords: tuple[str, ...], texts: XmpTextOptio
         change.action, change.reason = "refused", f"{target.stem_sidecar}: cannot be read ({exc}); not changed"
         return None
     change.changes = merged.changes + list(target.text_notes) + ([target.note] if target.note else [])
+    if target.tags_list and texts.language.casefold() != "x-default" and (target.description or target.title):
+        change.changes.append(DARKTABLE_LANGUAGE_NOTE)
     change.fields = dict(merged.outcomes)
     for name, asked in (("dc:title", texts.title), ("dc:description", texts.description)):
         if asked and name not in change.fields:

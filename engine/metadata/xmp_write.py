@@ -524,7 +524,7 @@ def _merge_lang_alt(text: str, descs: list[_El], uri: str, local: str, prefix: s
             return KEPT_OTHER_FORM, [], None, f"its {language} entry has a form Longlens does not edit; not changed"
         if old.strip() == value.strip():
             return UNCHANGED, [], None, ""
-        if not replace:
+        if not replace and old.strip():  # an empty entry holds nothing to keep: filled in
             return KEPT_DIFFERS, [], None, f"the sidecar says {_short(old)}"
         detail = f"replaced {_short(old)}" if old.strip() else ""
         if span is not None:
