@@ -19,7 +19,13 @@ from PIL import Image
 from engine import review
 from engine.catalog import Catalog
 from engine.metadata.xmp import RDF, XmpError, parse_xmp
-from engine.metadata.xmp_write import LONGLENS_NS, LONGLENS_OLD_NS, CaptionReview, SentenceReview, merge_sidecar
+from engine.metadata.xmp_write import (
+    LONGLENS_NS,
+    LONGLENS_OLD_NS,
+    CaptionReview,
+    SentenceReview,
+    merge_sidecar,
+)
 from engine.xmp_export import XmpExportError, export_xmp_job, plan_xmp_export
 from tests.reliability.test_originals_readonly import set_read_only
 
