@@ -329,6 +329,10 @@ def plan_xmp_export(catalog: Catalog, caption_file: Path | str, *, convention: s
         if outside is not None:
             plan.refused.append(SidecarChange(str(picture), str(sidecar), "refused", reason=outside))
             continue
+        reason = read_only_reason(folder)
+        if reason is not None:  # the whole export is refused: said before any picture's own reason
+            read_only[folder] = reason
+            continue
         note = ""
         sidecar_for = picture.suffix.lstrip(".") if convention == "lightroom" else None
         if convention == "darktable" and not os.path.lexists(sidecar):
@@ -354,10 +358,6 @@ def plan_xmp_export(catalog: Catalog, caption_file: Path | str, *, convention: s
         refused = _refusal(picture, sidecar, taken)
         if refused is not None:
             plan.refused.append(SidecarChange(str(picture), str(sidecar), "refused", reason=refused))
-            continue
-        reason = read_only_reason(folder)
-        if reason is not None:
-            read_only[folder] = reason
             continue
         taken[sidecar] = picture.name
         stem = folder / _existing_name(folder, picture.stem + ".xmp", listing)

@@ -257,3 +257,20 @@ def test_the_cli_flags_listing_and_summary(cat, tmp_path, monkeypatch, capsys):
     rc = cli_main(["xmp", "export", str(captions), "--convention", "darktable", "--replace-title"])
     err = capsys.readouterr().err
     assert rc == 2 and "replacing titles needs the title written too (--replace-title)" in err
+
+
+def test_a_read_only_library_is_refused_whole_before_any_pictures_own_reason(cat, tmp_path):
+    """A read-only library refuses the export as a whole, also where each JPEG would be refused
+    for the Lightroom convention anyway: the user learns the library is read-only first."""
+    from tests.reliability.test_originals_readonly import set_read_only
+
+    folder = tmp_path / "lib"
+    _library(folder, ["a.jpg", "b.jpg"])
+    captions = _review(cat, folder, [{"image": "a.jpg", "caption": "A."}, {"image": "b.jpg", "caption": "B."}], {})
+    set_read_only(folder)
+    try:
+        for convention in ("lightroom", "darktable"):
+            with pytest.raises(XmpExportError, match="refused: the library is read-only, so no sidecar is written"):
+                plan_xmp_export(cat, captions, convention=convention)
+    finally:
+        set_read_only(folder, read_only=False)
