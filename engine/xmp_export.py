@@ -95,10 +95,13 @@ DARKTABLE_LANGUAGE_NOTE = ("darktable (4.2) reads only one language: on its next
 NOT_FAITHFUL = "not written: the caption is not marked faithful"
 # How each convention names a sidecar, and who reads it (the CLI's help and the app's dialog).
 CONVENTION_HELP = {
-    "lightroom": "IMG_0001.xmp, for RAW files (CR2, CR3, NEF, ARW, RAF, ORF, RW2, PEF, SRW…): Lightroom Classic, "
-                 "Camera Raw. Lightroom reads no sidecar for JPEG, TIFF, PSD, PNG, HEIC or DNG: it reads the XMP "
-                 "inside those files (Metadata > Read Metadata from Files), which Longlens never writes into",
-    "darktable": "IMG_0001.CR2.xmp, for any picture: darktable, digiKam",
+    "lightroom": "Only RAW files (CR2, CR3, NEF, ARW, RAF, ORF, RW2, PEF, SRW…) get IMG_0001.xmp, which Lightroom "
+                 "Classic and Camera Raw read. For JPEG, TIFF, PSD, PNG, HEIC and DNG, Lightroom reads the XMP inside "
+                 "the file (Metadata > Read Metadata from Files), not a sidecar, and Longlens never writes into "
+                 "pictures: those are left out, unless a sidecar of that name already holds their metadata. Use the "
+                 "darktable and digiKam names for them.",
+    "darktable": "Every picture gets IMG_0001.CR2.xmp (its whole name, extension included), which darktable and "
+                 "digiKam read.",
 }
 
 

@@ -73,8 +73,9 @@ class XmpExportDialog(QDialog):
         self.previewed: Settings | None = None  # the settings the shown dry run used
 
         intro = QLabel(
-            f"Write the verdicts and notes of <b>{display_text(os.path.basename(caption_file))}</b>, and the "
-            "keywords below, into the pictures' XMP sidecars. An existing sidecar is merged into: every field "
+            f"Write the verdicts and notes of <b>{display_text(os.path.basename(caption_file))}</b>, the "
+            "keywords below and, if you tick them, the captions you marked faithful as descriptions and titles, "
+            "into the pictures' XMP sidecars. An existing sidecar is merged into: every field "
             "another tool wrote is kept, and the previous file is backed up in Longlens' data folder first. "
             "The pictures themselves are never changed.")
         intro.setWordWrap(True)
@@ -92,17 +93,17 @@ class XmpExportDialog(QDialog):
         self.keywords_edit.setPlaceholderText("optional, e.g. Reviewed, Places|Norway")
         self.keywords_edit.setToolTip("Keywords to add to every exported picture, separated by commas; "
                                       "a path like Places|Norway is written as a hierarchy (lr:hierarchicalSubject)")
-        self.description_box = QCheckBox("Write the caption as the picture's description (dc:description)")
+        self.description_box = QCheckBox("Write the caption (dc:description)")
         self.description_box.setObjectName("xmp-description")
         self.description_box.setToolTip("Only captions you marked faithful are written; every photo tool shows "
                                         "the description")
-        self.replace_description_box = QCheckBox("Replace a different description already there")
+        self.replace_description_box = QCheckBox("Replace a different one already there")
         self.replace_description_box.setObjectName("xmp-replace-description")
         self.replace_description_box.setToolTip("Unticked, a description another tool or you wrote is kept")
-        self.title_box = QCheckBox("Write a title (dc:title): the caption file's own title, else the caption's "
-                                   "first sentence")
+        self.title_box = QCheckBox("Write a title (dc:title)")
+        self.title_box.setToolTip("The caption file's own title for the picture, else the caption's first sentence")
         self.title_box.setObjectName("xmp-title")
-        self.replace_title_box = QCheckBox("Replace a different title already there")
+        self.replace_title_box = QCheckBox("Replace a different one already there")
         self.replace_title_box.setObjectName("xmp-replace-title")
         self.language_edit = QLineEdit("x-default")
         self.language_edit.setObjectName("xmp-language")
@@ -117,11 +118,19 @@ class XmpExportDialog(QDialog):
         form.addRow("Sidecar names", self.convention_box)
         form.addRow("", self.convention_help)
         form.addRow("Add keywords", self.keywords_edit)
-        form.addRow("Description", self.description_box)
-        form.addRow("", self.replace_description_box)
-        form.addRow("Title", self.title_box)
-        form.addRow("", self.replace_title_box)
-        form.addRow("Language", self.language_edit)
+        for label, write, replace in (("Description", self.description_box, self.replace_description_box),
+                                      ("Title", self.title_box, self.replace_title_box)):
+            row = QHBoxLayout()
+            row.addWidget(write)
+            row.addWidget(replace)
+            row.addStretch(1)
+            form.addRow(label, row)
+        self.language_edit.setMaximumWidth(140)
+        language_row = QHBoxLayout()
+        language_row.addWidget(self.language_edit)
+        language_row.addWidget(QLabel("x-default is the entry every tool shows; or en, de, nb-NO…"))
+        language_row.addStretch(1)
+        form.addRow("Language", language_row)
         self._enable_texts()
 
         self.status = QLabel("Preview first: nothing is written until you have seen the list.")
@@ -158,7 +167,7 @@ class XmpExportDialog(QDialog):
         lay.addWidget(self.status)
         lay.addWidget(self.list, 1)
         lay.addLayout(buttons)
-        self.resize(760, 480)
+        self.resize(820, 600)
 
     # -- the settings -----------------------------------------------------------------------------
     def texts(self) -> dict[str, Any]:

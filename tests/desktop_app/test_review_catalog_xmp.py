@@ -174,7 +174,7 @@ def test_export_to_xmp_sidecars_lists_the_dry_run_then_writes_as_a_job(qtbot, wi
     help_text = window.backend.xmp_convention_help()
     assert dlg.convention_help.text() == help_text["darktable"]
     dlg.set_convention("lightroom")
-    assert "Lightroom reads no sidecar for JPEG, TIFF, PSD, PNG, HEIC or DNG" in dlg.convention_help.text()
+    assert "For JPEG, TIFF, PSD, PNG, HEIC and DNG, Lightroom reads the XMP inside the file" in dlg.convention_help.text()
     dlg.set_convention("darktable")
     # The description and title settings are the CLI's; Replace only once the text is written.
     assert not dlg.replace_description_box.isEnabled() and not dlg.replace_title_box.isEnabled()
