@@ -70,6 +70,7 @@ from engine.fileutil import (
     replace_user_file,
 )
 from engine.jobs import CancelToken, Progress
+from engine.limits import MAX_CAPTION_CHARS
 from engine.metadata.xmp import MAX_XMP_BYTES, XmpError, normalise_keyword, parse_xmp
 from engine.metadata.xmp_write import OUTCOMES, CaptionReview, SentenceReview, language_problem, merge_sidecar
 from engine.review import ReviewItem, open_session, session_items, split_sentences
@@ -383,7 +384,9 @@ def _given_titles(caption_file: Path) -> dict[int, str]:
     out: dict[int, str] = {}
     for row in read_captions(caption_file, fmt, check_image=False, error=XmpExportError):
         title = getattr(row, "extra", {}).get("title")
-        if isinstance(title, str) and title.strip():
+        # Over the reader's bound (the captions' own, 20,000 characters) the title would be dropped
+        # on reading: the first sentence instead.
+        if isinstance(title, str) and title.strip() and len(title) <= MAX_CAPTION_CHARS:
             out[row.line_no] = title
     return out
 

@@ -731,5 +731,9 @@ def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionRevi
     for start, end, repl in sorted(edits, key=lambda e: e[0], reverse=True):
         out = out[:start] + repl + out[end:]
     if out != (old if old is not None else fresh):
-        rdf_root(out.encode("utf-8"), source)  # what is written must read back
+        try:
+            rdf_root(out.encode("utf-8"), source)  # what is written must read back
+        except XmpError as exc:
+            raise XmpError(f"{source}: the merged sidecar would not read back ({exc}); a text holds something "
+                           "XML cannot carry (a control character?); not changed") from None
     return MergeResult(out, changes, outcomes, migrated)

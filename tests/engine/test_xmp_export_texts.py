@@ -274,3 +274,11 @@ def test_a_read_only_library_is_refused_whole_before_any_pictures_own_reason(cat
                 plan_xmp_export(cat, captions, convention=convention)
     finally:
         set_read_only(folder, read_only=False)
+
+
+def test_a_title_over_the_readers_bound_falls_back_to_the_first_sentence(cat, tmp_path):
+    folder = tmp_path / "lib"
+    _library(folder, ["a.jpg"])
+    captions = _review(cat, folder, [{"image": "a.jpg", "caption": "A ferry. Gulls.", "title": "t" * 20_001}], {})
+    _run(plan_xmp_export(cat, captions, convention="darktable", texts=XmpTextOptions(title=True)), tmp_path / "home")
+    assert parse_xmp((folder / "a.jpg.xmp").read_bytes(), "a").values["title"] == "A ferry"

@@ -283,3 +283,11 @@ def test_migration_touches_declarations_only_never_text_or_comments():
     text, n = migrate_namespace(old)
     assert n == 1 and text.count(LONGLENS_OLD_NS) == 2 and f"xmlns:ll='{LONGLENS_NS}'" in text
     assert reviews_in(text.encode()) == {"C.": ("faithful", None)}
+
+
+def test_a_text_xml_cannot_carry_refuses_the_sidecar_with_the_reason():
+    from engine.metadata.xmp import XmpError
+
+    old = (DATA / "darktable.xmp").read_text(encoding="utf-8")
+    with pytest.raises(XmpError, match=r"d.xmp: the merged sidecar would not read back .*control character"):
+        merge_sidecar(old, "d.xmp", description="a vertical\x0btab", replace_description=True)
