@@ -1,7 +1,9 @@
 """Merging Longlens' review results into an XMP sidecar, at the text level.
 
-Only what Longlens owns is written: its own property (`longlens:Reviews`, namespace
-LONGLENS_NS) and entries added to the keyword lists (dc:subject, lr:hierarchicalSubject). Every
+Only what Longlens owns or is asked to write is written: its own property (`longlens:Reviews`,
+namespace LONGLENS_NS), entries added to the keyword lists (dc:subject, lr:hierarchicalSubject,
+digiKam:TagsList, an MWG keyword tree), and when asked the description and title (dc:description,
+dc:title: one language entry of the rdf:Alt that is there). Every
 other byte of an existing sidecar stays as it was: the packet is parsed (defusedxml, DTDs
 forbidden) to check it and to read what is there, then edited as text: new rdf:li lines are
 inserted into the keyword Bags after their last entry, and in Longlens' own element only the
@@ -573,6 +575,102 @@ def _lang_alt_block(name: str, decl: str, value: str, language: str, rdf_prefix:
     return f"<{name}{decl}>{nl}{indent}{step}<{rdf_prefix}:Alt>{items}{nl}{indent}{step}</{rdf_prefix}:Alt>{nl}{indent}</{name}>"
 
 
+def _attr_named(el: _El, uri: str, local: str) -> str | None:
+    for k, v in el.attrs.items():
+        prefix, _, loc = k.rpartition(":")
+        if loc == local and prefix and el.scope.get(prefix) == uri:
+            return v
+    return None
+
+
+def _mwg_node(text: str, li: _El) -> tuple[str | None, _El | None]:
+    """One node of an MWG keyword tree: its Keyword and its Children's rdf:Bag, in the forms tools
+    write (exiftool: `<rdf:li rdf:parseType="Resource"><mwg-kw:Keyword>..`; exiv2: `<rdf:li><rdf:
+    Description mwg-kw:Keyword="..">` or, for a leaf, `<rdf:li mwg-kw:Keyword=".."/>`)."""
+    holders = [li] + [c for c in li.children if c.uri == RDF and c.local == "Description"]
+    keyword, bag = None, None
+    for h in holders:
+        keyword = keyword or _attr_named(h, MWG_KW_NS, "Keyword")
+        for c in h.children:
+            if c.uri == MWG_KW_NS and c.local == "Keyword" and keyword is None:
+                keyword = "".join(_fragment(text, c).itertext())
+            if c.uri == MWG_KW_NS and c.local == "Children":
+                bag = next((b for b in c.children if b.uri == RDF and b.local in ("Bag", "Seq")), bag)
+    return (keyword.strip() if keyword is not None else None), bag
+
+
+def _mwg_add_path(text: str, levels: list[str], nl: str, step: str) -> tuple[str, str | None]:
+    """`text` with the keyword path added to the MWG keyword tree (mwg-kw:Keywords/Hierarchy), the
+    levels already there matched case-insensitively and the rest inserted as new nodes in element
+    form; and None, or why the tree is not edited. Only the node that gets children changes (an
+    exiv2 leaf `<rdf:li mwg-kw:Keyword="A"/>` becomes `<rdf:li><rdf:Description mwg-kw:Keyword="A">`,
+    its attributes as written); every other byte stays."""
+    root = _scan(text)
+    prop = next((e for e in _walk(root) if e.uri == MWG_KW_NS and e.local == "Keywords"), None)
+    if prop is None:
+        return text, None
+    holders = [prop] + [c for c in prop.children if c.uri == RDF and c.local == "Description"]
+    hierarchy = next((c for h in holders for c in h.children if c.uri == MWG_KW_NS and c.local == "Hierarchy"), None)
+    bag = next((b for b in (hierarchy.children if hierarchy else []) if b.uri == RDF and b.local in ("Bag", "Seq")),
+               None)
+    if bag is None:
+        return text, "mwg-kw:Keywords has no Hierarchy list; not changed"
+    node: _El | None = None
+    found = 0  # levels of the path already in the tree
+    for level in levels:
+        lis = [c for c in bag.children if c.uri == RDF and c.local == "li"] if bag is not None else []
+        match = next((li for li in lis if (_mwg_node(text, li)[0] or "").casefold() == level.casefold()), None)
+        if match is None:
+            break
+        node, found = match, found + 1
+        bag = _mwg_node(text, match)[1]
+    if found == len(levels):
+        return text, None  # the whole path is there
+    rest = levels[found:]
+    scope_el = bag if bag is not None else (node if node is not None else prop)
+    rp = _prefix_for(scope_el.scope, RDF) or "rdf"
+    mp = _prefix_for(scope_el.scope, MWG_KW_NS)
+    decl = "" if mp else f' xmlns:mwg-kw="{MWG_KW_NS}"'
+    mp = mp or "mwg-kw"
+
+    def chain(names: list[str], first: bool) -> str:
+        inner = f"<{mp}:Keyword>{escape(names[0])}</{mp}:Keyword>"
+        if names[1:]:
+            inner += f"<{mp}:Children><{rp}:Bag>{chain(names[1:], False)}</{rp}:Bag></{mp}:Children>"
+        return f'<{rp}:li {rp}:parseType="Resource"{decl if first else ""}>{inner}</{rp}:li>'
+
+    if bag is not None:  # the first missing level goes into this list
+        lis = [c for c in bag.children if c.uri == RDF and c.local == "li"]
+        if lis:
+            ind = _indent_before(text, lis[-1].start)
+            at, new = lis[-1].end, (nl + ind if ind else "") + chain(rest, True)
+            return text[:at] + new + text[at:], None
+        if bag.empty:
+            return text[:bag.start] + f"<{bag.qname}>{chain(rest, True)}</{bag.qname}>" + text[bag.end:], None
+        return text[:bag.start_end] + chain(rest, True) + text[bag.start_end:], None
+    # A node without children gets them.
+    assert node is not None
+    children = f"<{mp}:Children{decl}><{rp}:Bag>{chain(rest, False)}</{rp}:Bag></{mp}:Children>"
+    desc = next((c for c in node.children if c.uri == RDF and c.local == "Description"), None)
+    holder = desc if desc is not None else (node if not node.empty else None)
+    if holder is None:  # <rdf:li mwg-kw:Keyword="A"/>: its attributes move to an inner Description
+        attrs = text[node.start + 1 + len(node.qname):node.end].rstrip()
+        attrs = attrs[:-2].rstrip() if attrs.endswith("/>") else attrs
+        return (text[:node.start] + f"<{node.qname}><{rp}:Description{attrs}>{children}</{rp}:Description>"
+                f"</{node.qname}>" + text[node.end:]), None
+    if holder.empty:
+        start_tag = text[holder.start:holder.end].rstrip()
+        start_tag = start_tag[:-2].rstrip() if start_tag.endswith("/>") else start_tag
+        return text[:holder.start] + f"{start_tag}>{children}</{holder.qname}>" + text[holder.end:], None
+    if holder.children:
+        last = holder.children[-1]
+        ind = _indent_before(text, last.start)
+        at, new = last.end, (nl + ind if ind else "") + children
+    else:
+        at, new = holder.start_end, children
+    return text[:at] + new + text[at:], None
+
+
 def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionReview] = (),
                   subjects: Sequence[str] = (), paths: Sequence[str] = (), tags: Sequence[str] = (),
                   tags_list: bool = False, description: str | None = None, title: str | None = None,
@@ -603,6 +701,23 @@ def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionRevi
         raise XmpError(f"{source}: {exc}") from None
     if migrated:
         changes.append(f"Longlens namespace: migrated ({LONGLENS_OLD_NS} -> {LONGLENS_NS}; the entries as they were)")
+    # An MWG keyword tree, when there is one, gets each path (before the other edits: it is edited
+    # path by path, read again after each, so two paths sharing a new parent make one node).
+    added: list[str] = []
+    for path in tags:
+        try:
+            new_text, why = _mwg_add_path(text, [lv for lv in path.split("|") if lv], nl, " ")
+        except XmpError as exc:
+            raise XmpError(f"{source}: {exc}") from None
+        if why:
+            changes.append(why)
+            break
+        if new_text != text:
+            text = new_text
+            added.append(path)
+    if added:
+        changes.append("mwg-kw:Keywords: add " + ", ".join(repr(p) for p in added))
+    root = _scan(text)
     rdf_el = next((e for e in _walk(root) if e.uri == RDF and e.local == "RDF"), None)
     descs = [c for c in (rdf_el.children if rdf_el else []) if c.uri == RDF and c.local == "Description"]
     if not descs:
@@ -694,13 +809,6 @@ def merge_sidecar(old: str | None, source: str, *, reviews: Sequence[CaptionRevi
             items = "".join(f"{nl}{indent}{step * 2}<{rdf_prefix}:li>{escape(w)}</{rdf_prefix}:li>" for w in new)
             blocks.append(f"<{name}{decl}>{nl}{indent}{step}<{rdf_prefix}:{container}>{items}{nl}{indent}{step}"
                           f"</{rdf_prefix}:{container}>{nl}{indent}</{name}>")
-    if (subjects or paths) and any(_find(d, MWG_KW_NS, "Keywords") is not None for d in descs):
-        # Why not: an MWG keyword tree is a nested structure (Keyword, Children) that tools
-        # serialise in several shapes; the tools that write it (Photo Supreme, ACDSee, Elements)
-        # also read dc:subject, where the keyword is.
-        changes.append("mwg-kw:Keywords: not changed (Longlens does not edit MWG keyword trees; the keywords are "
-                       "in dc:subject and lr:hierarchicalSubject, which the tools writing mwg-kw read too)")
-
     # Longlens' own property: only the entry of each exported caption is replaced, or a new one is
     # appended; every other entry (another caption's, in whatever form a tool re-serialised it, or
     # one Longlens does not recognise) and everything around it keeps its bytes.

@@ -229,15 +229,49 @@ def test_keywords_go_into_every_scheme_the_sidecar_uses_digikams_taglist_include
     assert "<digiKam:TagsList>\n    <rdf:Seq>\n     <rdf:li>Places/Oslo</rdf:li>" in new.text
 
 
-def test_an_mwg_keyword_tree_is_left_alone_and_the_listing_says_why():
-    old = ('<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
-           '<rdf:Description rdf:about="" xmlns:mwg-kw="http://www.metadataworkinggroup.com/schemas/keywords/">'
-           '<mwg-kw:Keywords rdf:parseType="Resource"><mwg-kw:Hierarchy><rdf:Bag><rdf:li rdf:parseType="Resource">'
-           "<mwg-kw:Keyword>Places</mwg-kw:Keyword></rdf:li></rdf:Bag></mwg-kw:Hierarchy></mwg-kw:Keywords>"
-           "</rdf:Description></rdf:RDF></x:xmpmeta>")
-    merged = merge_sidecar(old, "m.xmp", subjects=["k"], paths=["k"])
-    assert merged.text.startswith(old[:old.index("</mwg-kw:Keywords>")])
-    assert any(c.startswith("mwg-kw:Keywords: not changed") for c in merged.changes)
+MWG = "http://www.metadataworkinggroup.com/schemas/keywords/"
+
+
+def _mwg_paths(text: str) -> set[str]:
+    """Every path of the MWG keyword tree ('|' between levels), in any of the tools' forms."""
+    root = ET.fromstring(text.encode("utf-8"))
+
+    def walk(bag, prefix):
+        for li in bag.findall(f"{{{RDF}}}li"):
+            holders = [li, *li.findall(f"{{{RDF}}}Description")]
+            word = next((h.get(f"{{{MWG}}}Keyword") or h.findtext(f"{{{MWG}}}Keyword") for h in holders
+                         if h.get(f"{{{MWG}}}Keyword") or h.find(f"{{{MWG}}}Keyword") is not None), None)
+            path = f"{prefix}|{word}" if prefix else word
+            yield path
+            for h in holders:
+                for child_bag in h.findall(f"{{{MWG}}}Children/{{{RDF}}}Bag"):
+                    yield from walk(child_bag, path)
+
+    return set(walk(root.find(f".//{{{MWG}}}Hierarchy/{{{RDF}}}Bag"), ""))
+
+
+@pytest.mark.parametrize("name", ["mwg-keywords-exiftool.xmp", "mwg-keywords-exiv2.xmp"])
+def test_an_mwg_keyword_tree_gets_each_path_in_the_form_the_tool_wrote(name):
+    """exiftool's element form and exiv2's (a parent as `<rdf:li><rdf:Description mwg-kw:Keyword=..>`,
+    a leaf as `<rdf:li mwg-kw:Keyword="People"/>`): the levels already there are found (case
+    ignored), the rest inserted under them; two new paths under one new parent make one node."""
+    old = (DATA / name).read_text(encoding="utf-8")
+    assert _mwg_paths(old) == {"Places", "Places|Norway", "Places|Norway|Oslo", "People"}
+    merged = merge_sidecar(old, name, tags=["places|NORWAY|Bergen", "People|Family|Kids", "New|A", "New|B",
+                                            "Places|Norway|oslo"])
+    assert _mwg_paths(merged.text) == {"Places", "Places|Norway", "Places|Norway|Oslo", "Places|Norway|Bergen",
+                                       "People", "People|Family", "People|Family|Kids", "New", "New|A", "New|B"}
+    assert "mwg-kw:Keywords: add 'places|NORWAY|Bergen', 'People|Family|Kids', 'New|A', 'New|B'" in merged.changes
+    kinds = {kind for kind, *_ in _changed_spans(old, merged.text)}
+    if name.endswith("exiftool.xmp"):
+        assert kinds == {"insert"}  # every node there keeps its bytes
+    else:  # exiv2's leaf People gets children: only its tag is rewritten around its attribute
+        leaf = '<rdf:li\n       mwg-kw:Keyword="People"/>'
+        assert leaf in old and leaf not in merged.text
+        assert '<rdf:li><rdf:Description\n       mwg-kw:Keyword="People"><mwg-kw:Children>' in merged.text
+        assert {kind for kind, *_ in _changed_spans(old.replace(leaf, ""), merged.text)} <= {"insert"}
+    again = merge_sidecar(merged.text, name, tags=["PLACES|norway|bergen", "new|b"])
+    assert again.text == merged.text
 
 
 # --------------------------------------------------------------------------- the namespace

@@ -158,3 +158,17 @@ def test_an_old_sidecar_re_serialised_by_exiv2_is_migrated_and_still_read(tmp_pa
     assert rows["Xmp.longlens.Reviews[2]/longlens:Caption"] == CAPTION
     assert {line for line in _validate(sidecar).splitlines() if "Warning" in line} <= \
            {line for line in _validate(old).splitlines() if "Warning" in line}
+
+
+@pytest.mark.parametrize("name", ["mwg-keywords-exiftool.xmp", "mwg-keywords-exiv2.xmp"])
+def test_an_mwg_keyword_tree_grown_by_the_export_is_valid_and_read(tmp_path, name):
+    _, sidecar, summary = _export(tmp_path, XmpTextOptions(), keywords=("Places|Norway|Bergen", "People|Family"),
+                                  existing=DATA / name)
+    assert "mwg-kw:Keywords: add 'Places|Norway|Bergen', 'People|Family'" in summary.results[0].changes
+    assert "Warning" not in _validate(sidecar)
+    got = _exiftool_json(sidecar, "-XMP-mwg-kw:HierarchicalKeywords1", "-XMP-mwg-kw:HierarchicalKeywords2",
+                         "-XMP-mwg-kw:HierarchicalKeywords3")
+    assert set(got["XMP-mwg-kw:HierarchicalKeywords2"]) == {"Norway", "Family"}
+    assert set(got["XMP-mwg-kw:HierarchicalKeywords3"]) == {"Oslo", "Bergen"}
+    keywords = {v for k, v in _exiv2(sidecar).items() if k.endswith("/mwg-kw:Keyword")}
+    assert keywords == {"Places", "Norway", "Oslo", "Bergen", "People", "Family"}
