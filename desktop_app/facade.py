@@ -533,18 +533,35 @@ class Backend:
 
         return CONVENTIONS
 
+    @staticmethod
+    def xmp_convention_help() -> dict[str, str]:
+        """Each convention's sidecar name and the tools that read it, in the CLI's words."""
+        from engine.xmp_export import CONVENTION_HELP
+
+        return dict(CONVENTION_HELP)
+
+    @staticmethod
+    def xmp_field_summary(summary: Any) -> list[tuple[str, str]]:
+        """(field, line) per description/title asked for: "dc:description: written 2, kept: differs 1"."""
+        from engine.xmp_export import field_summary
+
+        return field_summary(summary)
+
     def xmp_export_job(self, caption_file: str, convention: str, keywords: list[str], *,
-                       dry_run: bool) -> Callable[[CancelToken], Iterator[Progress]]:
+                       dry_run: bool, texts: dict[str, Any] | None = None) -> Callable[[CancelToken], Iterator[Progress]]:
         """The export of a reviewed caption file's verdicts, notes and these keywords into the
         pictures' XMP sidecars as a job, as `longlens xmp export` runs it: planned first (refused
-        with the engine's XmpExportError on a read-only library, before anything is written),
-        previous sidecars backed up in this home. Its last Progress carries the summary in
-        extra["summary"] and the plan in extra["plan"]."""
-        from engine.xmp_export import export_xmp_job, plan_xmp_export
+        with the engine's XmpExportError on a read-only library or bad text options, before
+        anything is written), previous sidecars backed up in this home. `texts`: the fields of
+        engine.xmp_export.XmpTextOptions (description, title, language, replace_description,
+        replace_title). Its last Progress carries the summary in extra["summary"] and the plan in
+        extra["plan"]."""
+        from engine.xmp_export import XmpTextOptions, export_xmp_job, plan_xmp_export
 
         def job(token: CancelToken) -> Iterator[Progress]:
             yield Progress("plan", message="reading the review and the sidecars")
-            plan = plan_xmp_export(self.services.catalog, caption_file, convention=convention, keywords=keywords)
+            plan = plan_xmp_export(self.services.catalog, caption_file, convention=convention, keywords=keywords,
+                                   texts=XmpTextOptions(**(texts or {})))
             for p in export_xmp_job(plan, backup_root=self.paths.data, dry_run=dry_run, cancel=token):
                 if "summary" in p.extra:
                     p.extra["plan"] = plan

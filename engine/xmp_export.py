@@ -1,13 +1,20 @@
 """Exporting review results to XMP sidecars, only when the user asks (`longlens xmp export`).
 
 What is written, per picture of a reviewed caption file that has a verdict or a note: its
-review (engine.metadata.xmp_write: `longlens:Reviews` in the Longlens namespace) and the keywords
-the user chose (lr:hierarchicalSubject paths, and every level of each in dc:subject, as Lightroom
-writes them). Where:
+review (engine.metadata.xmp_write: `longlens:Reviews` in the Longlens namespace), the keywords
+the user chose (every scheme the sidecar uses: lr:hierarchicalSubject, each level in dc:subject
+as Lightroom writes them, digiKam:TagsList), and when asked (XmpTextOptions) the accepted
+caption as dc:description and a title as dc:title, in the language entry asked for; a
+different text already there is kept unless replacing is asked for. Where:
 
-  lightroom  IMG_0001.xmp beside the picture (its stem), marked with
-             photoshop:SidecarForExtension when Longlens creates it, as Lightroom does;
-  darktable  IMG_0001.CR2.xmp (its whole name), as darktable and digiKam name theirs.
+  lightroom  IMG_0001.xmp beside a proprietary RAW file (LIGHTROOM_SIDECAR_EXTENSIONS), marked
+             with photoshop:SidecarForExtension when Longlens creates it, as Lightroom does. For
+             JPEG, TIFF, PSD, PNG, HEIC and DNG Lightroom reads only the XMP inside the file, so
+             none is created (lightroom_reads_no_sidecar says why and what to do); the stem
+             sidecar of the pair's RAW file, and one that already holds the picture's metadata,
+             are still merged into;
+  darktable  IMG_0001.CR2.xmp (its whole name), as darktable and digiKam name theirs (a new one
+             gets digiKam:TagsList too: digiKam reads that list first and stops there).
 
 An existing sidecar (any case of the name) is merged into at the text level, keeping every other
 byte. Three phases: (1) read and merge every sidecar; (2) copy every one that will change into
@@ -63,12 +70,89 @@ from engine.fileutil import (
     replace_user_file,
 )
 from engine.jobs import CancelToken, Progress
+from engine.limits import MAX_CAPTION_CHARS
 from engine.metadata.xmp import MAX_XMP_BYTES, XmpError, normalise_keyword, parse_xmp
-from engine.metadata.xmp_write import CaptionReview, SentenceReview, merge_sidecar
-from engine.review import ReviewItem, open_session, session_items
+from engine.metadata.xmp_write import OUTCOMES, CaptionReview, SentenceReview, language_problem, merge_sidecar
+from engine.review import ReviewItem, open_session, session_items, split_sentences
+from engine.text.captions import CSV_SUFFIXES, read_captions
 
 CONVENTIONS: tuple[str, ...] = ("lightroom", "darktable")
 BACKUP_FOLDER = "xmp-backups"
+
+# The files Lightroom Classic and Camera Raw read a stem-named sidecar (IMG_0001.xmp) for: the
+# proprietary RAW formats, which they never write into. For JPEG, TIFF, PSD, PNG, HEIC and DNG they
+# keep XMP inside the file and read only that (Metadata > Read Metadata from Files), so a sidecar
+# named for them there is read by no Adobe tool.
+LIGHTROOM_SIDECAR_EXTENSIONS: frozenset[str] = frozenset({
+    ".3fr", ".ari", ".arw", ".bay", ".cr2", ".cr3", ".crw", ".dcr", ".dcs", ".erf", ".fff", ".iiq", ".k25",
+    ".kdc", ".mef", ".mos", ".mrw", ".nef", ".nrw", ".orf", ".pef", ".raf", ".raw", ".rw2", ".rwl", ".sr2",
+    ".srf", ".srw", ".x3f",
+})
+# Measured with darktable-cli 4.2.1: darktable reads a title or description as one text (exiv2's
+# whole LangAlt, 'lang="x-default" A, lang="de" B') and writes that back as its x-default entry.
+DARKTABLE_LANGUAGE_NOTE = ("darktable (4.2) reads only one language: on its next write of this sidecar it folds every "
+                           "language entry into its x-default text; digiKam and exiftool read each language")
+# What a description or title asked for became when the caption's review does not accept it.
+NOT_FAITHFUL = "not written: the caption is not marked faithful"
+# How each convention names a sidecar, and who reads it (the CLI's help and the app's dialog).
+CONVENTION_HELP = {
+    "lightroom": "Only RAW files (CR2, CR3, NEF, ARW, RAF, ORF, RW2, PEF, SRW…) get IMG_0001.xmp, which Lightroom "
+                 "Classic and Camera Raw read. For JPEG, TIFF, PSD, PNG, HEIC and DNG, Lightroom reads the XMP inside "
+                 "the file (Metadata > Read Metadata from Files), not a sidecar, and Longlens never writes into "
+                 "pictures: those are left out, unless a sidecar of that name already holds their metadata. Use the "
+                 "darktable and digiKam names for them.",
+    "darktable": "Every picture gets IMG_0001.CR2.xmp (its whole name, extension included), which darktable and "
+                 "digiKam read.",
+}
+
+
+def lightroom_reads_no_sidecar(picture: Path) -> str:
+    """Why the Lightroom convention writes no sidecar for `picture` (not a proprietary RAW file),
+    and what to do instead: the same words in the CLI and the app."""
+    ext = picture.suffix.lstrip(".").upper() or "extension-less"
+    return (f"Lightroom reads no sidecar for a {ext} file: it reads the XMP embedded in JPEG, TIFF, PSD, PNG, "
+            f"HEIC and DNG files (Metadata > Read Metadata from Files), and {picture.stem}.xmp only for a "
+            f"proprietary RAW file. Not written; export with the darktable convention instead to write "
+            f"{picture.name}.xmp, which darktable and digiKam read")
+
+
+@dataclass(frozen=True)
+class XmpTextOptions:
+    """Whether the caption goes into dc:description and a title into dc:title, in which language
+    entry, and whether a different text already there is replaced (by default it is kept)."""
+
+    description: bool = False
+    title: bool = False
+    language: str = "x-default"
+    replace_description: bool = False
+    replace_title: bool = False
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(setting, message) for each bad combination; the CLI and the app show the same words."""
+        out = []
+        problem = language_problem(self.language)
+        if problem is not None:
+            out.append(("language", problem))
+        elif self.language.casefold() != "x-default" and not (self.description or self.title):
+            out.append(("language", "a language is the entry the description or title is written to: "
+                                    "write the description or the title too"))
+        if self.replace_description and not self.description:
+            out.append(("replace_description", "replacing descriptions needs the description written too"))
+        if self.replace_title and not self.title:
+            out.append(("replace_title", "replacing titles needs the title written too"))
+        return out
+
+
+def title_of(caption: str, given: str | None = None) -> str:
+    """The title written into dc:title: the caption file's own "title" for the item when it has
+    one, else the caption's first sentence without its closing full stop (a title reads as a
+    name, not a sentence)."""
+    if given and given.strip():
+        return " ".join(given.split())
+    spans = split_sentences(caption)
+    first = caption[spans[0][0]:spans[0][1]] if spans else caption
+    first = " ".join(first.split())
+    return first[:-1] if first.endswith(".") and not first.endswith("..") else first
 
 
 class XmpExportError(LonglensError):
@@ -85,6 +169,10 @@ class SidecarTarget:
     # sidecar would hide from the reader (engine.metadata.photo: the whole name wins)
     stem_sidecar: Path | None = None
     note: str = ""  # said with the changes (e.g. which file of a RAW+JPEG pair the sidecar is of)
+    description: str | None = None  # the caption for dc:description (None: not asked, or not faithful)
+    title: str | None = None  # the title for dc:title
+    text_notes: tuple[str, ...] = ()  # why a description or title asked for is not written
+    tags_list: bool = False  # a new sidecar gets digiKam:TagsList (whole-name sidecars: digiKam reads them)
 
 
 @dataclass
@@ -97,10 +185,13 @@ class SidecarChange:
     changes: list[str] = field(default_factory=list)
     reason: str = ""
     backup: str | None = None
+    # "dc:description" / "dc:title" -> what became of the text asked for (engine.metadata.xmp_write
+    # OUTCOMES: written, kept: differs, unchanged, ...; or NOT_FAITHFUL)
+    fields: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"picture": self.picture, "sidecar": self.sidecar, "action": self.action, "changes": self.changes,
-                "reason": self.reason, "backup": self.backup}
+                "reason": self.reason, "backup": self.backup, "fields": self.fields}
 
 
 @dataclass
@@ -108,6 +199,7 @@ class XmpExportPlan:
     caption_file: str
     convention: str
     keywords: tuple[str, ...]
+    texts: XmpTextOptions = field(default_factory=XmpTextOptions)
     targets: list[SidecarTarget] = field(default_factory=list)
     refused: list[SidecarChange] = field(default_factory=list)
     items_without_review: int = 0
@@ -126,9 +218,33 @@ class XmpExportSummary:
             out[r.action] = out.get(r.action, 0) + 1
         return out
 
+    def field_counts(self) -> dict[str, dict[str, int]]:
+        """"dc:description" -> {"written": 2, "kept: differs": 1, ...} over the sidecars written or
+        (in a dry run) to be written; refused and skipped ones count for nothing."""
+        out: dict[str, dict[str, int]] = {}
+        for r in self.results:
+            if r.action in ("refused", "skipped"):
+                continue
+            for name, outcome in r.fields.items():
+                per = out.setdefault(name, {})
+                per[outcome] = per.get(outcome, 0) + 1
+        return out
+
     def as_dict(self) -> dict:
         return {"dry_run": self.dry_run, "cancelled": self.cancelled, "counts": self.counts(),
-                "backup_folder": self.backup_folder, "sidecars": [r.as_dict() for r in self.results]}
+                "fields": self.field_counts(), "backup_folder": self.backup_folder,
+                "sidecars": [r.as_dict() for r in self.results]}
+
+
+def field_summary(summary: XmpExportSummary) -> list[tuple[str, str]]:
+    """(field, line) per text field asked for, the line as "dc:description: written 2, kept:
+    differs 1" in the order of OUTCOMES (the CLI prints them, the app shows them)."""
+    order = [*OUTCOMES, NOT_FAITHFUL]
+    lines = []
+    for name, per in sorted(summary.field_counts().items()):
+        ranked = sorted(per, key=lambda o: (order.index(o) if o in order else len(order), o))
+        lines.append((name, f"{name}: " + ", ".join(f"{o} {per[o]}" for o in ranked)))
+    return lines
 
 
 # --------------------------------------------------------------------------- planning
@@ -177,22 +293,30 @@ def read_only_reason(folder: Path) -> str | None:
 
 
 def plan_xmp_export(catalog: Catalog, caption_file: Path | str, *, convention: str,
-                    keywords: Sequence[str] = ()) -> XmpExportPlan:
+                    keywords: Sequence[str] = (), texts: XmpTextOptions | None = None) -> XmpExportPlan:
     """Which sidecars an export of this caption file's review would write. Raises XmpExportError
-    for an unknown convention, no reviewed item, or a read-only picture folder."""
+    for an unknown convention, bad text options, no reviewed item, or a read-only picture folder."""
     if convention not in CONVENTIONS:
         raise XmpExportError(f"unknown sidecar convention {convention!r}; use one of {', '.join(CONVENTIONS)}",
                              settings=("convention",))
+    texts = texts or XmpTextOptions()
+    problems = texts.problems()
+    if problems:
+        raise XmpExportError("; ".join(m for _, m in problems), settings=tuple(k for k, _ in problems))
     chosen = tuple(dict.fromkeys(k for k in (normalise_keyword(k) for k in keywords) if k))
     session = open_session(catalog, caption_file)
-    plan = XmpExportPlan(session.caption_file, convention, chosen)
+    plan = XmpExportPlan(session.caption_file, convention, chosen, texts)
+    given_titles = _given_titles(Path(session.caption_file)) if texts.title else {}
     by_picture: dict[str, list[CaptionReview]] = {}
+    accepted: dict[str, list[ReviewItem]] = {}  # the faithful captions of each picture, in file order
     for item in session_items(catalog, session):
         review = _review_of(item)
         if review is None:
             plan.items_without_review += 1
             continue
         by_picture.setdefault(item.image_path, []).append(review)
+        if item.verdict is not None and item.verdict.verdict == "faithful":
+            accepted.setdefault(item.image_path, []).append(item)
     if not by_picture:
         raise XmpExportError(f"{Path(session.caption_file).name}: no item has a verdict or a note yet; "
                              "nothing to export")
@@ -209,31 +333,95 @@ def plan_xmp_export(catalog: Catalog, caption_file: Path | str, *, convention: s
         if outside is not None:
             plan.refused.append(SidecarChange(str(picture), str(sidecar), "refused", reason=outside))
             continue
+        reason = read_only_reason(folder)
+        if reason is not None:  # the whole export is refused: said before any picture's own reason
+            read_only[folder] = reason
+            continue
         note = ""
+        sidecar_for = picture.suffix.lstrip(".") if convention == "lightroom" else None
         if convention == "darktable" and not os.path.lexists(sidecar):
             pair = _pair_sidecar(catalog, picture, listing)
             if pair is not None:
                 sidecar, partner = pair
                 note = (f"{sidecar.name} is the sidecar of the pair's {partner}, which Longlens reads for "
                         f"{picture.name}: merged into it (a new {picture.name}.xmp would hide it)")
+        elif convention == "lightroom" and picture.suffix.casefold() not in LIGHTROOM_SIDECAR_EXTENSIONS:
+            raw = _raw_partner(catalog, picture, listing)
+            if raw is not None:
+                sidecar_for = raw.suffix.lstrip(".")
+                note = (f"{sidecar.name} is the sidecar of the pair's {raw.name}, which Lightroom reads for it and "
+                        f"Longlens for {picture.name}")
+            elif os.path.lexists(sidecar):
+                note = (f"{sidecar.name} already holds this picture's metadata (written by another tool), so it is "
+                        f"merged into; Lightroom itself reads the XMP inside a {picture.suffix.lstrip('.').upper()} "
+                        "file, not this sidecar")
+            else:
+                plan.refused.append(SidecarChange(str(picture), str(sidecar), "refused",
+                                                  reason=lightroom_reads_no_sidecar(picture)))
+                continue
         refused = _refusal(picture, sidecar, taken)
         if refused is not None:
             plan.refused.append(SidecarChange(str(picture), str(sidecar), "refused", reason=refused))
             continue
-        reason = read_only_reason(folder)
-        if reason is not None:
-            read_only[folder] = reason
-            continue
         taken[sidecar] = picture.name
         stem = folder / _existing_name(folder, picture.stem + ".xmp", listing)
+        description, title, text_notes = _texts(texts, accepted.get(picture_s, []), given_titles)
         plan.targets.append(SidecarTarget(
-            picture, sidecar, tuple(reviews), picture.suffix.lstrip(".") if convention == "lightroom" else None,
-            stem if convention == "darktable" and stem.exists() else None, note))
+            picture, sidecar, tuple(reviews), sidecar_for,
+            stem if convention == "darktable" and stem.exists() else None, note,
+            description=description, title=title, text_notes=text_notes, tags_list=convention == "darktable"))
     if read_only:
         listed = "; ".join(f"{f} {why}" for f, why in sorted(read_only.items()))
         raise XmpExportError(f"refused: the library is read-only, so no sidecar is written ({listed}). "
                              "Nothing was changed; make the folder writable to export there.")
     return plan
+
+
+def _given_titles(caption_file: Path) -> dict[int, str]:
+    """line number -> the "title" the caption file gives for that item (JSONL key or CSV column)."""
+    fmt = caption_file.suffix.casefold().lstrip(".")
+    fmt = fmt if fmt in {s.lstrip(".") for s in CSV_SUFFIXES} else "jsonl"
+    out: dict[int, str] = {}
+    for row in read_captions(caption_file, fmt, check_image=False, error=XmpExportError):
+        title = getattr(row, "extra", {}).get("title")
+        # Over the reader's bound (the captions' own, 20,000 characters) the title would be dropped
+        # on reading: the first sentence instead.
+        if isinstance(title, str) and title.strip() and len(title) <= MAX_CAPTION_CHARS:
+            out[row.line_no] = title
+    return out
+
+
+def _texts(texts: XmpTextOptions, accepted: list[ReviewItem], given_titles: dict[int, str]
+           ) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """(description, title, notes) for one picture. Only a caption the review accepted (its
+    verdict on the whole item is "faithful") becomes the picture's description and title: one
+    judged wrong or unsure would otherwise be shown by every tool as the photographer's own.
+    With several accepted captions, the first in the file is written."""
+    if not (texts.description or texts.title):
+        return None, None, ()
+    if not accepted:
+        notes = tuple(f"{name} [{texts.language}]: {NOT_FAITHFUL}" for name, asked in
+                      (("dc:title", texts.title), ("dc:description", texts.description)) if asked)
+        return None, None, notes
+    item = accepted[0]
+    notes = (f"{len(accepted)} accepted captions for this picture: the first (line {item.line_no}) is written",) \
+        if len(accepted) > 1 else ()
+    return (item.caption if texts.description else None,
+            title_of(item.caption, given_titles.get(item.line_no)) if texts.title else None, notes)
+
+
+def _raw_partner(catalog: Catalog, picture: Path, listing: dict[Path, dict[str, str]]) -> Path | None:
+    """The proprietary RAW file of a RAW+JPEG pair indexed once (IMG_0001.CR2 beside IMG_0001.JPG,
+    the CR2 not indexed itself): its stem sidecar is the one Lightroom reads for the RAW and
+    Longlens for the pair's picture. None when there is none."""
+    folder = picture.parent
+    _existing_name(folder, picture.name, listing)
+    stem = picture.stem.casefold()
+    for key, name in sorted(listing.get(folder, {}).items()):
+        base, ext = os.path.splitext(key)
+        if base == stem and ext in LIGHTROOM_SIDECAR_EXTENSIONS and catalog.image_at(folder / name) is None:
+            return folder / name
+    return None
 
 
 def _outside_libraries(picture: Path, roots: Sequence[str]) -> str | None:
@@ -317,7 +505,8 @@ def _read(target: SidecarTarget, change: SidecarChange) -> tuple[bytes | None, F
         return None
 
 
-def _merge(target: SidecarTarget, keywords: tuple[str, ...], old: bytes | None, change: SidecarChange) -> bytes | None:
+def _merge(target: SidecarTarget, keywords: tuple[str, ...], texts: XmpTextOptions, old: bytes | None,
+           change: SidecarChange) -> bytes | None:
     """The new bytes for this sidecar (None: unchanged, or refused with change.reason set)."""
     change.action = "update" if old is not None else "create"
     change.reason = ""
@@ -326,6 +515,9 @@ def _merge(target: SidecarTarget, keywords: tuple[str, ...], old: bytes | None, 
     except UnicodeDecodeError:
         change.action, change.reason = "refused", f"{target.sidecar.name}: not UTF-8; not changed"
         return None
+    # Every level of each keyword in dc:subject (as Lightroom writes parents); each keyword whole in
+    # lr:hierarchicalSubject (flat ones too, as darktable writes them: digiKam, which reads that list
+    # before dc:subject when there is no TagsList, would otherwise miss them) and digiKam:TagsList.
     subjects = [level for k in keywords for level in k.split("|")]
     try:
         if old is not None and target.sidecar_for:
@@ -345,28 +537,37 @@ def _merge(target: SidecarTarget, keywords: tuple[str, ...], old: bytes | None, 
                                  "lightroom convention to merge into it")
                 return None
         merged = merge_sidecar(old_text, target.sidecar.name, reviews=target.reviews, subjects=subjects,
-                               paths=[k for k in keywords if "|" in k], sidecar_for=target.sidecar_for)
+                               paths=list(keywords), tags=list(keywords), tags_list=target.tags_list and old is None,
+                               description=target.description, title=target.title, language=texts.language,
+                               replace_description=texts.replace_description, replace_title=texts.replace_title,
+                               sidecar_for=target.sidecar_for)
     except XmpError as exc:
         change.action, change.reason = "refused", str(exc)
         return None
     except (FileNotFoundError, FileTooLargeError, NotARegularFileError, OSError) as exc:
         change.action, change.reason = "refused", f"{target.stem_sidecar}: cannot be read ({exc}); not changed"
         return None
-    change.changes = merged.changes + ([target.note] if target.note else [])
+    change.changes = merged.changes + list(target.text_notes) + ([target.note] if target.note else [])
+    if target.tags_list and texts.language.casefold() != "x-default" and (target.description or target.title):
+        change.changes.append(DARKTABLE_LANGUAGE_NOTE)
+    change.fields = dict(merged.outcomes)
+    for name, asked in (("dc:title", texts.title), ("dc:description", texts.description)):
+        if asked and name not in change.fields:
+            change.fields[name] = NOT_FAITHFUL
     if old_text is not None and merged.text == old_text:
         change.action = "unchanged"
         return None
     return merged.text.encode("utf-8")
 
 
-def _prepare(target: SidecarTarget, keywords: tuple[str, ...]) -> _Prepared:
+def _prepare(target: SidecarTarget, keywords: tuple[str, ...], texts: XmpTextOptions) -> _Prepared:
     change = SidecarChange(str(target.picture), str(target.sidecar), "create")
     p = _Prepared(target, change)
     got = _read(target, change)
     if got is None:
         return p
     p.old, p.identity = got
-    p.new = _merge(target, keywords, p.old, change)
+    p.new = _merge(target, keywords, texts, p.old, change)
     # A sidecar refused for what it held may have been read while another writer was half-way
     # through it (in place, not atomically): the swap reads it again under the lock.
     p.recheck = p.new is None and change.action == "refused" and p.identity is not None
@@ -415,7 +616,7 @@ def _skip(p: _Prepared, why: str) -> None:
         p.change.action, p.change.reason, p.change.backup = "skipped", why, None
 
 
-def _swap(p: _Prepared, keywords: tuple[str, ...], backups: _Backups) -> None:
+def _swap(p: _Prepared, keywords: tuple[str, ...], texts: XmpTextOptions, backups: _Backups) -> None:
     """Phase 3 for one sidecar, holding its folder's lock: compare-and-swap. The sidecar is read
     again; if it is not what phase 1 read, the merge is done again from what is there now (and
     that is backed up); replace_user_file checks it once more right before the replace."""
@@ -428,7 +629,7 @@ def _swap(p: _Prepared, keywords: tuple[str, ...], backups: _Backups) -> None:
         if identity != p.identity:
             # Another program wrote it since it was read: its edit is merged, never overwritten.
             p.old, p.identity = old, identity
-            p.new = _merge(target, keywords, old, change)
+            p.new = _merge(target, keywords, texts, old, change)
             change.changes.append("merged again: the sidecar changed while Longlens was working")
             if p.new is None:
                 return
@@ -467,7 +668,7 @@ def export_xmp_job(plan: XmpExportPlan, *, backup_root: Path, dry_run: bool = Fa
         if cancel is not None and cancel.cancelled:
             cancelled = True
             break
-        prepared.append(_prepare(target, plan.keywords))
+        prepared.append(_prepare(target, plan.keywords, plan.texts))
         yield Progress("reading", n, total, message=target.sidecar.name)
     for target in plan.targets[len(prepared):]:
         p = _Prepared(target, SidecarChange(str(target.picture), str(target.sidecar), "create"))
@@ -475,7 +676,7 @@ def export_xmp_job(plan: XmpExportPlan, *, backup_root: Path, dry_run: bool = Fa
         prepared.append(p)
     backups = _Backups(backup_root)
     if not dry_run and not cancelled:
-        yield from _write(prepared, plan.keywords, backups, cancel)
+        yield from _write(prepared, plan.keywords, plan.texts, backups, cancel)
         cancelled = any(p.change.action == "skipped" and "cancelled" in p.change.reason for p in prepared)
     elif not dry_run:
         for p in prepared:
@@ -485,7 +686,7 @@ def export_xmp_job(plan: XmpExportPlan, *, backup_root: Path, dry_run: bool = Fa
     yield Progress("done", total, total, extra={"summary": summary})
 
 
-def _write(prepared: list[_Prepared], keywords: tuple[str, ...], backups: _Backups,
+def _write(prepared: list[_Prepared], keywords: tuple[str, ...], texts: XmpTextOptions, backups: _Backups,
            cancel: CancelToken | None) -> Iterator[Progress]:
     changing = [p for p in prepared if p.new is not None or p.recheck]
     # Phase 2: every backup on disk before the first change.
@@ -496,7 +697,7 @@ def _write(prepared: list[_Prepared], keywords: tuple[str, ...], backups: _Backu
             backups.write(p, p.old)
         except OSError as exc:
             _backup_failed(backups, p, exc)
-    yield from _swap_all(prepared, changing, keywords, backups, cancel)
+    yield from _swap_all(prepared, changing, keywords, texts, backups, cancel)
 
 
 def _backup_failed(backups: _Backups, p: _Prepared, exc: OSError) -> None:
@@ -508,8 +709,8 @@ def _backup_failed(backups: _Backups, p: _Prepared, exc: OSError) -> None:
     ) from None
 
 
-def _swap_all(prepared: list[_Prepared], changing: list[_Prepared], keywords: tuple[str, ...], backups: _Backups,
-              cancel: CancelToken | None) -> Iterator[Progress]:
+def _swap_all(prepared: list[_Prepared], changing: list[_Prepared], keywords: tuple[str, ...],
+              texts: XmpTextOptions, backups: _Backups, cancel: CancelToken | None) -> Iterator[Progress]:
     # Phase 3: swap each, holding its folder's lock for that one sidecar only (another Longlens
     # writer in the same folder waits milliseconds, not the length of this export). Stale
     # temporary files a killed export left in a folder go the first time its lock is held.
@@ -528,7 +729,7 @@ def _swap_all(prepared: list[_Prepared], changing: list[_Prepared], keywords: tu
                 if folder not in cleaned:
                     remove_stale_temp_files(folder)
                     cleaned.add(folder)
-                _swap(p, keywords, backups)
+                _swap(p, keywords, texts, backups)
         except FolderLockTimeout as exc:
             p.change.action, p.change.reason, p.change.backup = "refused", f"{exc}; not changed", None
         except JobCancelled:

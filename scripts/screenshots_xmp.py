@@ -144,6 +144,7 @@ def run(out: Path, home: Path) -> int:
     dlg = review.xmp_dialog
     dlg.set_convention("darktable")
     dlg.keywords_edit.setText("Longlens|checked")
+    dlg.description_box.setChecked(True)  # issue 28: the accepted captions as descriptions
     job = dlg.preview()
     until(lambda: not job.running, 60, "dry run")
     pump(0.6)

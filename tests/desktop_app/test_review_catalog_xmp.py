@@ -169,5 +169,28 @@ def test_export_to_xmp_sidecars_lists_the_dry_run_then_writes_as_a_job(qtbot, wi
         assert Path(backup).read_bytes() == sidecars_before[name]
         assert Path(backup).is_relative_to(window.backend.paths.data)
     assert _pictures(photos) == pictures_before  # no picture touched, bytes or mtime
+
+    # Issue 28: who reads which convention, said under the choice in the engine's words.
+    help_text = window.backend.xmp_convention_help()
+    assert dlg.convention_help.text() == help_text["darktable"]
+    dlg.set_convention("lightroom")
+    assert "For JPEG, TIFF, PSD, PNG, HEIC and DNG, Lightroom reads the XMP inside the file" in dlg.convention_help.text()
+    dlg.set_convention("darktable")
+    # The description and title settings are the CLI's; Replace only once the text is written.
+    assert not dlg.replace_description_box.isEnabled() and not dlg.replace_title_box.isEnabled()
+    dlg.description_box.setChecked(True)
+    assert dlg.replace_description_box.isEnabled() and not dlg.replace_title_box.isEnabled()
+    dlg.language_edit.setText("en_GB")
+    settle(qtbot, dlg.preview())
+    assert "'en_GB' is not a language tag" in dlg.status.text() and not dlg.write_button.isEnabled()
+    dlg.language_edit.setText("x-default")
+    settle(qtbot, dlg.preview())
+    listed = dlg.list.toPlainText()
+    # The review's captions are the catalogue's own descriptions: already there; lofoten's was judged unfaithful.
+    assert "dc:description [x-default]: unchanged" in listed
+    assert "dc:description [x-default]: not written: the caption is not marked faithful" in listed
+    assert "dc:description: unchanged 2, not written: the caption is not marked faithful 1" in dlg.status.text()
+    assert dlg.texts() == {"description": True, "title": False, "language": "x-default",
+                           "replace_description": False, "replace_title": False}
     assert errors == []
     dlg.close()

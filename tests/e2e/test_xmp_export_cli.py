@@ -97,10 +97,16 @@ def test_catalogue_captions_checked_reviewed_and_exported_to_sidecars(home, cli,
                        "--json")
     summary = json.loads(out)
     assert rc == 1 and summary["counts"] == {"create": 1, "update": 2, "refused": 1}
-    # The Lightroom-convention export merges into DSC_4127.xmp (marked for this JPEG).
-    lightroom = cli.json("xmp", "export", str(captions), "--convention", "lightroom", "--keyword", "Longlens|checked")
-    assert {Path(s["sidecar"]).name: s["action"] for s in lightroom["sidecars"]} == {
-        "DSC_4127.xmp": "update", "IMG_2044.xmp": "create", "P1030412.xmp": "create", "lofoten.xmp": "create"}
+    # The Lightroom-convention export merges into DSC_4127.xmp (marked for this JPEG by another
+    # tool); for the other JPEGs it writes no IMG.xmp, which Lightroom would never read.
+    rc, out, err = cli("xmp", "export", str(captions), "--convention", "lightroom", "--keyword", "Longlens|checked",
+                       "--json")
+    lightroom = json.loads(out)
+    assert rc == 1 and {Path(s["sidecar"]).name: s["action"] for s in lightroom["sidecars"]} == {
+        "DSC_4127.xmp": "update", "IMG_2044.xmp": "refused", "P1030412.xmp": "refused", "lofoten.xmp": "refused"}
+    assert all("Lightroom reads no sidecar for a JPG file" in s["reason"] for s in lightroom["sidecars"]
+               if s["action"] == "refused")
+    assert not (photos / "IMG_2044.xmp").exists() and not (photos / "lofoten.xmp").exists()
     assert _only_insertions(sidecars_before["DSC_4127.xmp"].decode(), (photos / "DSC_4127.xmp").read_text("utf-8"))
     assert _pictures(photos) == pictures_before  # no picture touched, bytes or mtime
     for name in ("IMG_2044.jpg.xmp", "P1030412.JPG.xmp"):  # the tools' sidecars: only additions

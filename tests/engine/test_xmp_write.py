@@ -19,7 +19,13 @@ from PIL import Image
 from engine import review
 from engine.catalog import Catalog
 from engine.metadata.xmp import RDF, XmpError, parse_xmp
-from engine.metadata.xmp_write import LONGLENS_NS, CaptionReview, SentenceReview, merge_sidecar
+from engine.metadata.xmp_write import (
+    LONGLENS_NS,
+    LONGLENS_OLD_NS,
+    CaptionReview,
+    SentenceReview,
+    merge_sidecar,
+)
 from engine.xmp_export import XmpExportError, export_xmp_job, plan_xmp_export
 from tests.reliability.test_originals_readonly import set_read_only
 
@@ -59,7 +65,7 @@ def test_merging_into_a_tools_sidecar_only_adds_and_keeps_every_other_byte(name)
     merged = merge_sidecar(old, name, reviews=[REVIEW], subjects=["Longlens", "reviewed", "Places"],
                            paths=["Longlens|reviewed", "places|norway|oslo"])
     _inserted_only(old, merged.text)
-    assert merged.text.count("<longlens:Reviews xmlns:longlens=\"https://longlens.example/ns/1.0/\">") == 1
+    assert merged.text.count(f"<longlens:Reviews xmlns:longlens=\"{LONGLENS_NS}\">") == 1
     assert merged.text.count("<rdf:li>Longlens|reviewed</rdf:li>") == 1
     # A keyword already there in another case is not added again.
     for word in ("Places", "places|norway|oslo"):
@@ -144,6 +150,8 @@ def _library(folder: Path) -> dict[str, Path]:
                          ("DSC_0001.JPG", "white")):
         Image.new("RGB", (40, 30), colour).save(folder / name, "JPEG", quality=85)
         pics[name] = folder / name
+    (folder / "IMG_9000.CR2").write_bytes(b"II*\x00 a stand-in for a Canon RAW file")  # never decoded here
+    pics["IMG_9000.CR2"] = folder / "IMG_9000.CR2"
     shutil.copy(DATA / "darktable.xmp", folder / "IMG_2044.jpg.xmp")
     lightroom = (DATA / "lightroom-classic.xmp").read_text(encoding="utf-8")
     (folder / "DSC_4127.xmp").write_text(lightroom.replace('"NEF"', '"JPG"'), encoding="utf-8")
@@ -186,9 +194,18 @@ def test_export_both_conventions_with_backups_dry_run_and_refusals(cat, tmp_path
     dry = _run(plan, home, dry_run=True)
     assert _state(folder) == before and not (home / "xmp-backups").exists()
     actions = {Path(r.sidecar).name: r.action for r in dry.results}
-    assert actions == {"DSC_4127.xmp": "update", "IMG_2044.xmp": "create", "plain.xmp": "create",
-                       "DSC_0001.xmp": "refused"}
-    assert "belongs to the NEF file" in next(r.reason for r in dry.results if r.action == "refused")
+    # Lightroom reads IMG_0001.xmp for RAW files only: the CR2 gets one; a JPEG gets none, unless a
+    # stem sidecar already holds its metadata (DSC_4127.xmp, marked for it by another tool).
+    assert actions == {"DSC_4127.xmp": "update", "IMG_2044.xmp": "refused", "plain.xmp": "refused",
+                       "DSC_0001.xmp": "refused", "IMG_9000.xmp": "create"}
+    reasons = {Path(r.sidecar).name: r.reason for r in dry.results}
+    assert "belongs to the NEF file" in reasons["DSC_0001.xmp"]
+    assert reasons["plain.xmp"] == (
+        "Lightroom reads no sidecar for a JPG file: it reads the XMP embedded in JPEG, TIFF, PSD, PNG, HEIC and DNG "
+        "files (Metadata > Read Metadata from Files), and plain.xmp only for a proprietary RAW file. Not written; "
+        "export with the darktable convention instead to write plain.jpg.xmp, which darktable and digiKam read")
+    assert any("Lightroom itself reads the XMP inside a JPG file" in c
+               for c in next(r.changes for r in dry.results if r.sidecar.endswith("DSC_4127.xmp")))
 
     done = _run(plan, home)
     assert [(Path(r.sidecar).name, r.action) for r in done.results] == \
@@ -197,12 +214,15 @@ def test_export_both_conventions_with_backups_dry_run_and_refusals(cat, tmp_path
     for name in pics:  # pictures byte- and mtime-identical
         assert after[name] == before[name]
     assert after["DSC_0001.xmp"] == before["DSC_0001.xmp"] and after["IMG_2044.jpg.xmp"] == before["IMG_2044.jpg.xmp"]
+    assert "IMG_2044.xmp" not in after and "plain.xmp" not in after
     _inserted_only(before["DSC_4127.xmp"][0].decode(), after["DSC_4127.xmp"][0].decode())
     backup = Path(next(r.backup for r in done.results if r.backup))
     assert backup.read_bytes() == before["DSC_4127.xmp"][0]
     assert json.loads((backup.parent / "manifest.json").read_text()) == {backup.name: str(folder / "DSC_4127.xmp")}
-    created = parse_xmp(after["plain.xmp"][0], "plain.xmp")
-    assert created.sidecar_for == "jpg" and created.values["keywords"] == (("Longlens", "reviewed"), ("Longlens|reviewed",))
+    created = parse_xmp(after["IMG_9000.xmp"][0], "IMG_9000.xmp")
+    assert created.sidecar_for == "CR2"
+    assert created.values["keywords"] == (("Longlens", "reviewed"), ("Longlens|reviewed",))
+    assert "TagsList" not in after["IMG_9000.xmp"][0].decode()  # a Lightroom sidecar: digiKam reads whole names
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
 
     # Again: nothing changes, nothing is backed up.
@@ -214,9 +234,9 @@ def test_export_both_conventions_with_backups_dry_run_and_refusals(cat, tmp_path
     # where the picture's stem sidecar holds its metadata (the reader would then ignore that one).
     dark = _run(plan_xmp_export(cat, captions, convention="darktable"), home)
     assert {Path(r.sidecar).name: r.action for r in dark.results} == {
-        "DSC_4127.jpg.xmp": "refused", "IMG_2044.jpg.xmp": "update", "plain.jpg.xmp": "refused",
-        "DSC_0001.JPG.xmp": "create"}
-    assert "would hide it" in next(r.reason for r in dark.results if Path(r.sidecar).name == "plain.jpg.xmp")
+        "DSC_4127.jpg.xmp": "refused", "IMG_2044.jpg.xmp": "update", "plain.jpg.xmp": "create",
+        "DSC_0001.JPG.xmp": "create", "IMG_9000.CR2.xmp": "refused"}
+    assert "would hide it" in next(r.reason for r in dark.results if Path(r.sidecar).name == "IMG_9000.CR2.xmp")
     _inserted_only(before["IMG_2044.jpg.xmp"][0].decode(), (folder / "IMG_2044.jpg.xmp").read_text(encoding="utf-8"))
     assert all(_state(folder)[n] == before[n] for n in pics)
 
@@ -270,7 +290,9 @@ def test_entries_a_tool_re_serialised_are_recognised_and_kept_byte_for_byte(name
     as darktable writes it) or exiftool (own rdf:Description, single quotes, fields reordered)
     re-serialised the sidecar: exporting B keeps A's entry byte for byte; re-exporting A unchanged
     changes nothing; re-exporting A changed replaces that entry only."""
-    old = (DATA / name).read_text(encoding="utf-8")
+    # The fixtures are what the tools made of a sidecar in the old namespace; with the URI of today
+    # they are what they make of one now (a tool copies the declaration as it is).
+    old = (DATA / name).read_text(encoding="utf-8").replace(LONGLENS_OLD_NS, LONGLENS_NS)
     assert _entries(old) == {CAPTION_A.caption: ("faithful", "note a")}
     same = merge_sidecar(old, name, reviews=[CAPTION_A])
     assert same.text == old and same.changes == []  # recognised as already there
@@ -287,7 +309,7 @@ def test_entries_a_tool_re_serialised_are_recognised_and_kept_byte_for_byte(name
 
 HAND_EDITED = """<x:xmpmeta xmlns:x="adobe:ns:meta/">
  <rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">
-  <rdf:Description rdf:about="" xmlns:longlens="https://longlens.example/ns/1.0/" xmlns:my="urn:my-tool">
+  <rdf:Description rdf:about="" xmlns:longlens="https://longlens.app/ns/xmp/1.0/" xmlns:my="urn:my-tool">
    <longlens:Reviews>
     <rdf:Bag>
      <!-- reviewed on the train -->

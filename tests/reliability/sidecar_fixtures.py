@@ -169,27 +169,29 @@ def run_export(lib: Library, captions: Path, *args: str, convention: str = "dark
 
 
 def reviews_in(data: bytes) -> dict[str, tuple[str | None, str | None]]:
-    """caption -> (verdict, note) of every longlens:Reviews entry, in any serialisation."""
+    """caption -> (verdict, note) of every longlens:Reviews entry, in any serialisation, in the
+    Longlens namespace or the old placeholder one (sidecars written before issue 28)."""
     from xml.etree import ElementTree as ET
 
     from engine.metadata.xmp import RDF
-    from engine.metadata.xmp_write import LONGLENS_NS
+    from engine.metadata.xmp_write import LONGLENS_NS, LONGLENS_OLD_NS
 
     root = ET.fromstring(data)
-    ll = f"{{{LONGLENS_NS}}}"
     out = {}
-    for prop in root.iter(f"{ll}Reviews"):
-        for li in prop.find(f"{{{RDF}}}Bag").findall(f"{{{RDF}}}li"):
-            holders = [li, *li.findall(f"{{{RDF}}}Description")]
+    for ns in (LONGLENS_NS, LONGLENS_OLD_NS):
+        ll = f"{{{ns}}}"
+        for prop in root.iter(f"{ll}Reviews"):
+            for li in prop.find(f"{{{RDF}}}Bag").findall(f"{{{RDF}}}li"):
+                holders = [li, *li.findall(f"{{{RDF}}}Description")]
 
-            def field(name, holders=holders):
-                for h in holders:
-                    if h.get(ll + name) is not None:
-                        return h.get(ll + name)
-                    if h.find(ll + name) is not None:
-                        return h.find(ll + name).text
-                return None
-            out[field("Caption")] = (field("Verdict"), field("Note"))
+                def field(name, holders=holders, ll=ll):
+                    for h in holders:
+                        if h.get(ll + name) is not None:
+                            return h.get(ll + name)
+                        if h.find(ll + name) is not None:
+                            return h.find(ll + name).text
+                    return None
+                out[field("Caption")] = (field("Verdict"), field("Note"))
     return out
 
 
