@@ -220,28 +220,34 @@ def set_mtime(path: Path, when: str) -> None:
     os.utime(path, (t, t))
 
 
-ROOT = HERE.parents[1]
 MODEL = "tiny-blip"
 QUERY = "a photograph"
 
 
 class LonglensHome:
-    """The real `longlens` CLI as a child process, with its own LONGLENS_HOME: a tiny BLIP model
-    imported from disk (no download), `index`, `search --json`, `xmp export`."""
+    """The real `longlens` CLI (engine.cli.main, its argument parsing, output and exit status) with
+    its own LONGLENS_HOME: a tiny BLIP model imported from disk (no download), `index`,
+    `search --json`. In this process: a child per search would import torch and load the model
+    again each time (seconds on a shared 2-core machine, for each of dozens of searches)."""
 
     def __init__(self, home: Path, checkpoint: Path) -> None:
         self.home = home
         rc, out, err = self("models", "import", str(checkpoint), "--name", MODEL)
         assert rc == 0, out + err
 
-    def __call__(self, *args: str, timeout: float = 300) -> tuple[int, str, str]:
-        import sys
+    def __call__(self, *args: str) -> tuple[int, str, str]:
+        import contextlib
+        import io
 
-        env = {**os.environ, "LONGLENS_HOME": str(self.home), "QT_QPA_PLATFORM": "offscreen",
-               "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        done = subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True, env=env,
-                              cwd=ROOT, timeout=timeout)
-        return done.returncode, done.stdout, done.stderr
+        import pytest
+
+        from engine.cli import main
+
+        out, err = io.StringIO(), io.StringIO()
+        with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            mp.setenv("LONGLENS_HOME", str(self.home))
+            rc = main(list(args))
+        return rc, out.getvalue(), err.getvalue()
 
     def json(self, *args: str):
         import json

@@ -27,20 +27,20 @@ from tests.reliability.sidecar_fixtures import Library, reviewed_captions, revie
 pytestmark = pytest.mark.interop
 
 KEYWORD = "Longlens|checked"
-CAPTION = "A woman in a spacesuit holds a helmet. Flags stand behind her."
-TITLE = "A woman in a spacesuit holds a helmet"  # the caption's first sentence (no title in the file)
-DIGIKAM_TAG = "People/Astronauts"  # what digiKam wrote before the export: the sidecar uses TagsList
+CAPTION = "A cup of coffee on a saucer. A spoon lies beside it."
+TITLE = "A cup of coffee on a saucer"  # the caption's first sentence (no title in the file)
+DIGIKAM_TAG = "Things/Coffee"  # what digiKam wrote before the export: the sidecar uses TagsList
 
 
 def make_library(root: Path, *, flipped: bool = True) -> tuple[Library, Path]:
-    """astronaut as a JPEG in an indexed library, with darktable's sidecar (written by
+    """coffee (landscape) as a JPEG in an indexed library, with darktable's sidecar (written by
     darktable-cli; its flip module set to rotate 90 degrees, a user's edit darktable applies when it
     renders) to which exiftool added digiKam:TagsList, as digiKam does for the same sidecar."""
     from engine.catalog import Catalog
     from engine.config import get_paths
 
     home, folder = root / "home", root / "library"
-    picture = rf.write_jpeg(folder / "IMG_0001.jpg", "astronaut.png")
+    picture = rf.write_jpeg(folder / "IMG_0001.jpg", "coffee.png")
     sidecar = rf.darktable(picture, root / "darktable-import")
     if flipped:
         text = sidecar.read_text(encoding="utf-8")
@@ -93,7 +93,8 @@ def exported(tmp_path_factory) -> Exported:
     lib, sidecar = make_library(root)
     before = sidecar.read_bytes()
     render_before = render(lib.pictures[0], before, root / "render-before")
-    assert render_before.shape[0] > render_before.shape[1], "darktable did not apply the flip of the history"
+    # The picture is landscape; the history's flip turns it: darktable applied the history.
+    assert render_before.shape[0] > render_before.shape[1], f"darktable did not turn it: {render_before.shape}"
     export(lib, "A", "--keyword", KEYWORD)
     return Exported(lib, sidecar, before, sidecar.read_bytes(), render_before, root)
 
@@ -278,7 +279,7 @@ def test_a_new_sidecar_the_export_creates_passes_exiftool_validate(tmp_path):
     from engine.config import get_paths
 
     folder = tmp_path / "library"
-    picture = rf.write_jpeg(folder / "IMG_0002.jpg", "coffee.png")
+    picture = rf.write_jpeg(folder / "IMG_0002.jpg", "chelsea.png")
     with Catalog(get_paths(str(tmp_path / "home")).catalog) as cat:
         cat.add_library(folder)
     lib = Library(tmp_path / "home", folder, [picture])
