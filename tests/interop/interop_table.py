@@ -47,7 +47,9 @@ class Table:
     def markdown(self) -> str:
         lines = [f"| {self.caption} | " + " | ".join(self.columns) + " |",
                  "|" + "---|" * (len(self.columns) + 1)]
-        lines += [f"| {row} | " + " | ".join(self.cell(row, c) for c in self.columns) + " |" for row in self.rows]
+        # A '|' in a row's name (a keyword path) would end its cell, even inside `code`.
+        lines += [f"| {row.replace('|', chr(92) + '|')} | " + " | ".join(self.cell(row, c) for c in self.columns) + " |"
+                  for row in self.rows]
         return "\n".join(lines) + "\n"
 
 
