@@ -48,7 +48,8 @@ INTEROP_PACKAGES := exiv2 libimage-exiftool-perl darktable acl attr
 INTEROP_COMMANDS := exiv2 exiftool darktable-cli setfacl setfattr
 # Real photographs (scikit-image's data) and a third-party DNG writer for the interop library
 # (tests/interop/realfiles.py), installed with requirements.lock as constraints: numpy, scipy, pillow
-# and torch stay the pinned ones (pip refuses rather than moves them).
+# and torch stay the pinned ones (pip refuses rather than moves them; tests/interop/test_interop_installs.py
+# checks every pin after the installs).
 INTEROP_PYTHON := pidng==4.0.9 scikit-image==0.26.0
 test-interop: $(STAMP)
 	@missing=""; for c in $(INTEROP_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \

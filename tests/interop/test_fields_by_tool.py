@@ -484,6 +484,12 @@ R = "Keyword tree `mwg-kw:Keywords` (MWG)"
 case(R, "exiftool", "exiftool-mwg-keywords")(lambda: (exiftool_sidecar(
     jpeg(), "-XMP-mwg-kw:KeywordInfo={Hierarchy=[{Keyword=Places,Children=[{Keyword=Norway,"
             "Children=[{Keyword=Oslo}]}]}]}"), has_tree(TREE)))
+H = "Xmp.mwg-kw.Keywords/mwg-kw:Hierarchy[1]"  # exiv2's path to the struct (it writes attribute form)
+case(R, "exiv2", "exiv2-mwg-keywords")(lambda: (exiv2_sidecar(
+    jpeg(), "set Xmp.mwg-kw.Keywords XmpText type=Struct", "set Xmp.mwg-kw.Keywords/mwg-kw:Hierarchy XmpText type=Bag",
+    f"set {H}/mwg-kw:Keyword Places", f"set {H}/mwg-kw:Children XmpText type=Bag",
+    f"set {H}/mwg-kw:Children[1]/mwg-kw:Keyword Norway", f"set {H}/mwg-kw:Children[1]/mwg-kw:Children XmpText type=Bag",
+    f"set {H}/mwg-kw:Children[1]/mwg-kw:Children[1]/mwg-kw:Keyword Oslo"), has_tree(TREE)))
 
 
 def shown_once(v: View):
