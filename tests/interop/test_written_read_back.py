@@ -148,11 +148,12 @@ def check_description(read: Callable[[Exported], dict], key: str):
     return check
 
 
-CASES: list[tuple[str, str, str, Callable[[Exported], None]]] = []
+CASES: list[tuple[str, str, str, Callable[[Exported], None], str]] = []
 
 
-def case(row: str, column: str, id: str, check: Callable[[Exported], None]) -> None:
-    CASES.append((id, row, column, check))
+def case(row: str, column: str, id: str, check: Callable[[Exported], None], fixture: str = "exported") -> None:
+    """`fixture`: the export the check reads (`exported`, or `exported_in_german`)."""
+    CASES.append((id, row, column, check, fixture))
     WRITTEN.declare(id, row, column)
 
 
@@ -260,16 +261,45 @@ def _history_applied(e: Exported):
         "darktable renders the picture differently with the exported sidecar"
 
 
+R = "`dc:description` and `dc:title` in the language asked for (`--language de`)"
+
+
+def _german_exiftool(e: Exported):
+    got = exiftool_reads(e)
+    assert got.get("XMP-dc:Description-de") == CAPTION and got.get("XMP-dc:Title-de") == TITLE, got
+
+
+def _german_exiv2(e: Exported):
+    got = exiv2_reads(e)
+    for key, text in (("Xmp.dc.description", CAPTION), ("Xmp.dc.title", TITLE)):
+        assert f'lang="de" {text}' in got.get(key, ""), (key, got.get(key))
+
+
+# darktable reads one language only (it folds the others into the x-default text): n.a.
+case(R, "exiftool", "exiftool-reads-german", _german_exiftool, fixture="exported_in_german")
+case(R, "exiv2", "exiv2-reads-german", _german_exiv2, fixture="exported_in_german")
+
 R = "The sidecar as a whole (valid; darktable's history still applied)"
 case(R, "exiftool", "exiftool-validate", _validate)
 case(R, "exiv2", "exiv2-parses", _exiv2_parses)
 case(R, "darktable-cli", "darktable-render-pixel-identical", _history_applied)
 
 
+@pytest.fixture(scope="module")
+def exported_in_german(tmp_path_factory) -> Exported:
+    """The same export with `--language de`, into a sidecar darktable wrote."""
+    root = tmp_path_factory.mktemp("written-de")
+    lib, sidecar = make_library(root, flipped=False)
+    before = sidecar.read_bytes()
+    export(lib, "A", "--language", "de", "--keyword", KEYWORD)
+    return Exported(lib, sidecar, before, sidecar.read_bytes(), np.zeros((0, 0, 3)), root)
+
+
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("check", [pytest.param(c[3], id=c[0], marks=pytest.mark.interop_cell(c[0])) for c in CASES])
-def test_what_the_export_wrote_is_read_by_the_tool(exported, check):
-    check(exported)
+@pytest.mark.parametrize("check, fixture", [pytest.param(c[3], c[4], id=c[0], marks=pytest.mark.interop_cell(c[0]))
+                                            for c in CASES])
+def test_what_the_export_wrote_is_read_by_the_tool(request, check, fixture):
+    check(request.getfixturevalue(fixture))
 
 
 @pytest.mark.timeout(600)
