@@ -629,12 +629,18 @@ def library(tmp_path_factory, blip_tiny_checkpoint):
     real `longlens index`. A case whose tool failed is remembered with the error: its test fails."""
     root = tmp_path_factory.mktemp("interop-fields")
     folder, work = root / "library", root / "work"
-    built: dict[str, Path | str] = {}
-    for c in CASES:
+    def build(c: Case) -> Path | str:
         try:
-            built[c.id] = c.build(folder / c.id, work, c.id)
+            return c.build(folder / c.id, work, c.id)
         except Exception as exc:  # noqa: BLE001 - reported by that case's test, not by every test
-            built[c.id] = f"{type(exc).__name__}: {exc}"
+            return f"{type(exc).__name__}: {exc}"
+
+    # Each case has its own folders (and darktable its own config folder): the tools' processes
+    # run side by side.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        built = dict(zip((c.id for c in CASES), pool.map(build, CASES), strict=True))
     ll = rf.LonglensHome(root / "home", blip_tiny_checkpoint)
     summary = ll.index(folder)
     hits = ll.search()
