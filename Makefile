@@ -40,23 +40,36 @@ test-cluster: $(STAMP)
 	$(BIN)/pip install --quiet -r requirements-cluster.lock -c requirements.lock
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m cluster tests/cluster
 
-# Tests against the real tools photographers' files come from (Debian's exiv2 and exiftool) and against
-# upstream code (open_clip's tokenizer): installs
-# them when missing (CI runs as root) and fails loudly when it cannot; a missing binary fails its
-# tests, never skips them.
-INTEROP_PACKAGES := exiv2 libimage-exiftool-perl acl attr
+# Tests against the real tools photographers' files come from (Debian's exiv2, exiftool and darktable-cli)
+# and against upstream code (open_clip's tokenizer): installs them when missing (CI runs as root) and
+# fails loudly when it cannot; a missing binary fails its tests, never skips them. darktable comes
+# without its recommends (no desktop: darktable-cli runs headless with --core --configdir DIR).
+INTEROP_PACKAGES := exiv2 libimage-exiftool-perl darktable acl attr
+INTEROP_COMMANDS := exiv2 exiftool darktable-cli setfacl setfattr
+# Real photographs (scikit-image's data) and a third-party DNG writer for the interop library
+# (tests/interop/realfiles.py), installed with requirements.lock as constraints: numpy, scipy, pillow
+# and torch stay the pinned ones (pip refuses rather than moves them; tests/interop/test_interop_installs.py
+# checks every pin after the installs).
+INTEROP_PYTHON := pidng==4.0.9 scikit-image==0.26.0
 test-interop: $(STAMP)
-	@command -v exiv2 >/dev/null && command -v exiftool >/dev/null && command -v setfacl >/dev/null \
-		&& command -v setfattr >/dev/null || { \
-		echo "test-interop: installing $(INTEROP_PACKAGES) (Debian)"; \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(INTEROP_PACKAGES); } \
-		|| { echo "test-interop: FAILED to install $(INTEROP_PACKAGES); these tests need them" >&2; exit 1; }; }
+	@missing=""; for c in $(INTEROP_COMMANDS); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "test-interop: missing$$missing; installing $(INTEROP_PACKAGES) (Debian)"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$(INTEROP_PACKAGES); } \
+		|| { echo "test-interop: FAILED to install $(INTEROP_PACKAGES); these tests need them" >&2; exit 1; }; \
+		for c in $(INTEROP_COMMANDS); do command -v $$c >/dev/null \
+			|| { echo "test-interop: FAILED: $$c is still missing after installing" >&2; exit 1; }; done; \
+	fi
 	# open_clip's own tokenizer, the reference for the CLIP family's text cleaning: --no-deps, since its
 	# torchvision and timm do not install beside the pinned CPU torch (its tokenizer needs neither).
 	$(BIN)/pip install --quiet --no-deps open_clip_torch==3.3.0
 	# python-exiv2 (its wheel carries libexiv2 0.28, the line newer darktable and digiKam build on),
 	# beside Debian's exiv2 0.27 binary: two exiv2 generations rewrite the exported sidecars.
 	$(BIN)/pip install --quiet exiv2==0.19.2
+	$(BIN)/pip install --quiet -c requirements.lock $(INTEROP_PYTHON) \
+		|| { echo "test-interop: FAILED to install $(INTEROP_PYTHON); these tests need them" >&2; exit 1; }
+	# The fields x tools table in docs/xmp.md is rewritten by this run (tests/interop/conftest.py).
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -p no:cacheprovider -m interop --ignore=tests/cluster tests
 
 stress: $(STAMP)
