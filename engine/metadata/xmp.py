@@ -79,6 +79,10 @@ NS = {
     "mwg-kw": "http://www.metadataworkinggroup.com/schemas/keywords/",
     "xmpNote": "http://ns.adobe.com/xmp/note/",
 }
+# The same namespaces as other writers spell them: exiftool writes Microsoft's without the final
+# slash that Windows and exiv2 write (exiftool's XMP.pm, %nsURI, "MicrosoftPhoto").
+NS_ALIASES = {"http://ns.microsoft.com/photo/1.0": "MicrosoftPhoto"}
+_PREFIX_OF = {uri: prefix for prefix, uri in NS.items()} | NS_ALIASES
 # Which properties set a date, in order of preference: the moment the shutter fired, then the
 # date the content was created (IPTC), then when the file was made.
 DATE_PROPERTIES = ("exif:DateTimeOriginal", "photoshop:DateCreated", "xmp:CreateDate")
@@ -427,10 +431,8 @@ def _qname(tag: str) -> str | None:
     if not tag.startswith("{"):
         return None
     uri, _, local = tag[1:].partition("}")
-    for prefix, ns in NS.items():
-        if ns == uri:
-            return f"{prefix}:{local}"
-    return None
+    prefix = _PREFIX_OF.get(uri)
+    return None if prefix is None else f"{prefix}:{local}"
 
 
 def _properties(rdf: ET.Element) -> dict[str, str | ET.Element]:

@@ -87,6 +87,15 @@ def test_microsoft_photos_percent_rating_is_read_when_there_is_no_xmp_rating():
     assert both.values["rating"] == 2 and _field(both, "Xmp.MicrosoftPhoto.Rating").used is False
 
 
+def test_microsofts_namespace_as_exiftool_spells_it_without_the_final_slash():
+    packet = (b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+              b'<rdf:Description rdf:about="" xmlns:MicrosoftPhoto="http://ns.microsoft.com/photo/1.0">'
+              b'<MicrosoftPhoto:Rating>50</MicrosoftPhoto:Rating></rdf:Description></rdf:RDF></x:xmpmeta>')
+    parsed = parse_xmp(packet, "IMG.jpg")
+    assert parsed.values["rating"] == 3
+    assert _field(parsed, "Xmp.MicrosoftPhoto.Rating").value == "50"
+
+
 def test_camera_and_lens_in_xmp():
     p = _parse('tiff:Make="FUJIFILM" tiff:Model="X-T4" aux:Lens="XF23mmF1.4 R"')
     assert p.values["camera"] == ("FUJIFILM", "X-T4") and p.values["lens"] == "XF23mmF1.4 R"
