@@ -360,7 +360,7 @@ class InspectorView(QWidget):
         if score is not None:
             bits.append(f"score {score:.4f} · rank {rank}")
         if date:
-            bits.append(date)  # "taken …" or "file time … (no EXIF or XMP date)" (facade.date_text)
+            bits.append(date)  # "taken …" or "file time … (no EXIF, XMP or IPTC date)" (facade.date_text)
         if camera:
             bits.append(camera)
         self.details.setText("\n".join(bits))

@@ -83,12 +83,12 @@ def cmd_search(args: argparse.Namespace) -> int:
             both = f"  itm {rr:6.4f} (ann #{h.extra['ann_rank']})" if rr is not None else ""
             print(f"{h.rank:4}  {h.score:8.4f}{both}  {_date_column(h)}  {inert(h.path)}")
         if any(h.date_source == DATE_FROM_FILE_TIME for h in result.hits):
-            print("* no EXIF or XMP date: the date shown is the file's modification time")
+            print("* no EXIF, XMP or IPTC date: the date shown is the file's modification time")
         return 0
 
 
 def _date_column(hit: Any) -> str:
-    """The picture's date to the minute, '*' marking a file time (no EXIF or XMP date)."""
+    """The picture's date to the minute, '*' marking a file time (no EXIF, XMP or IPTC date)."""
     if not hit.date:
         return " " * 17
     mark = "*" if hit.date_source == DATE_FROM_FILE_TIME else " "

@@ -129,7 +129,7 @@ def test_a_picture_with_only_an_xmp_date_is_dated_sorted_and_filtered_by_it(home
     # Only the picture with neither date is marked as a file time.
     assert "1994-08-01 00:00 " in lines[0] and "2016-05-20 14:00 " in lines[1]
     assert "2021-06-06 12:00*" in lines[3]
-    assert "* no EXIF or XMP date: the date shown is the file's modification time" in out
+    assert "* no EXIF, XMP or IPTC date: the date shown is the file's modification time" in out
 
     # The date filter uses the XMP date, and says nothing about file times when none was used.
     rc, out, err = cli("search", QUERY, *MODEL, "--before", "2000-01-01", "--json")
@@ -141,6 +141,6 @@ def test_a_picture_with_only_an_xmp_date_is_dated_sorted_and_filtered_by_it(home
     assert "date filter" not in err
     rc, out, err = cli("search", QUERY, *MODEL, "--after", "2021-01-01", "--json")
     assert [by_path[h["path"]] for h in json.loads(out)["results"]] == ["plain2021"]
-    assert "note: date filter: 1 picture with no EXIF or XMP date dated by the file's modification time instead" in err
+    assert "note: date filter: 1 picture with no EXIF, XMP or IPTC date dated by the file's modification time instead" in err
 
     assert file_state(files) == before  # pictures and sidecars untouched
