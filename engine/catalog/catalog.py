@@ -15,7 +15,6 @@ from sqlalchemy import Connection, and_, delete, func, insert, or_, select, upda
 
 from engine.catalog import paths as dbpaths
 from engine.catalog.camera import CAMERA_DISPLAY
-from engine.catalog.geo import GREAT_CIRCLE_KM, bounding_box
 from engine.catalog.dates import picture_date_sql, xmp_date_sql
 from engine.catalog.db import (
     SCHEMA_VERSION,
@@ -28,6 +27,7 @@ from engine.catalog.db import (
     recover_interrupted_rebuild,
     sqlite_errors,
 )
+from engine.catalog.geo import GREAT_CIRCLE_KM, bounding_box
 from engine.catalog.schema import embeddings, image_keywords, image_metadata, images, libraries, meta
 from engine.errors import CatalogError, LibraryError
 from engine.types import (

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.catalog import Catalog, ImageFilter
-from engine.catalog.catalog import COUNTED_AS_UNRATED, KEPT_BY_FILE_TIME, MISSING_FIELD_RULES
 from engine.catalog.camera import camera_display
+from engine.catalog.catalog import COUNTED_AS_UNRATED, KEPT_BY_FILE_TIME, MISSING_FIELD_RULES
 from engine.catalog.dates import picture_date
 from engine.errors import DecodeError, QueryError
 from engine.index.store import IndexStore
