@@ -421,17 +421,11 @@ class Backend:
         as known with its source, GPS, every field with its source), plus `keyword_text` (paths
         as "Places › Norway"), `gps_text` and `field_lines`; None when the picture is not in the
         catalog or its metadata was not read yet."""
-        from engine.metadata.showing import field_lines, gps_text, metadata_view
+        from engine.metadata.showing import field_lines, gps_text, picture_view
 
-        cat = self.services.catalog
-        rec = cat.images_by_id([image_id]).get(image_id) if image_id is not None else cat.image_at(path)
-        if rec is None:
+        view = picture_view(self.services.catalog, path=path, image_id=image_id)
+        if view is None or not view["metadata_read"]:
             return None
-        m = cat.photo_metadata([rec.id]).get(rec.id)
-        if m is None:
-            return None
-        view = metadata_view(m, exif_date=rec.exif_date, mtime_ns=rec.mtime_ns,
-                             image_camera=(rec.camera_make, rec.camera_model))
         view["keyword_text"] = [" › ".join(k.split("|")) for k in view["keywords"]]
         view["gps_text"] = gps_text(view)
         view["field_lines"] = field_lines(view)

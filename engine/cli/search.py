@@ -106,6 +106,25 @@ def _date_column(hit: Any) -> str:
     return f"{hit.date[:16].replace('T', ' '):16}{mark}"
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    """What the catalog knows about one picture: the inspector's view (engine.metadata.showing)."""
+    from engine.errors import LonglensError
+    from engine.metadata.showing import picture_view, view_lines
+
+    with common.services(args) as svc:
+        view = picture_view(svc.catalog, path=str(Path(args.path).expanduser().absolute()))
+    if view is None:
+        raise LonglensError(f"{args.path} is not a picture of an indexed library: index its folder first "
+                            "(`longlens index FOLDER`)")
+    if args.json:
+        common.print_json(view)
+        return 0
+    print(inert(view["path"]))
+    for line in view_lines(view):
+        print(f"  {inert(line)}")
+    return 0
+
+
 SEARCH_FLAGS = {"model": "--model", "top_k": "--top", "max_tokens": "--max-tokens", "rerank_k": "--rerank-k",
                 "text_tower": "--text-tower", "after": "--after", "before": "--before", "camera": "--camera",
                 "folder": "--folder", "order": "--sort", "cutoff": "--cutoff", "rating": "--rating", "label": "--label",
@@ -153,3 +172,9 @@ def register(sub: Any) -> None:
                          "see docs/grounding.md)")
     ss.add_argument("--rerank-k", type=options.RERANK_K, default=32, help="candidates to re-rank (default 32)")
     ss.set_defaults(func=cmd_search, flags=SEARCH_FLAGS)
+
+    sh = sub.add_parser("show", help="show what the catalog knows about one picture: its date, camera, GPS, "
+                        "metadata, and every field read with where it came from (the inspector's view)")
+    sh.add_argument("path", help="an indexed picture")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(func=cmd_show)

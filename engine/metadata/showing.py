@@ -10,6 +10,7 @@ description, and every field read with where it came from and whether it is the 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from engine.catalog.camera import camera_display
@@ -103,3 +104,55 @@ def gps_text(view: dict[str, Any]) -> str | None:
     """The position as a person reads it: '59.913900, 10.752200' (north and east positive)."""
     gps = view.get("gps")
     return f"{gps['lat']:.6f}, {gps['lon']:.6f}" if gps else None
+
+
+def picture_view(catalog: Any, *, path: str | None = None, image_id: int | None = None) -> dict[str, Any] | None:
+    """What the catalog knows about one picture (by id, else by its path), as metadata_view shows
+    it, with `path`, `image_id` and `metadata_read` (False: indexed, but its metadata not read yet:
+    only the decoder's date and camera are known); None when it is not an indexed picture.
+    The inspector (desktop_app.facade) and `longlens show` both use it."""
+    rec = catalog.images_by_id([image_id]).get(image_id) if image_id is not None else catalog.image_at(path)
+    if rec is None:
+        return None
+    meta = catalog.photo_metadata([rec.id]).get(rec.id)
+    view = metadata_view(meta, exif_date=rec.exif_date, mtime_ns=rec.mtime_ns,
+                         image_camera=(rec.camera_make, rec.camera_model))
+    root = next((lib.root for lib in catalog.libraries() if lib.id == rec.library_id), "")
+    view.update(path=str(Path(root) / rec.rel_path), image_id=rec.id, metadata_read=meta is not None)
+    return view
+
+
+def _stars(rating: int) -> str:
+    return "rejected" if rating < 0 else ("unrated" if rating == 0 else "★" * rating + "☆" * (5 - rating))
+
+
+def view_lines(view: dict[str, Any]) -> list[str]:
+    """The view as `longlens show` prints it: one line per thing known, then every field read."""
+    lines = [f"date         {view['date']['text']}" if view.get("date") else "date         none"]
+    gear = [x for x in (view.get("camera"), f"lens {view['lens']}" if view.get("lens") else None) if x]
+    if gear:
+        lines.append(f"camera       {' · '.join(gear)}")
+    if view.get("gps"):
+        lines.append(f"GPS          {gps_text(view)}")
+    if not view.get("metadata_read", True):
+        return [*lines, "metadata     not read yet (`longlens index` reads it; nothing is embedded again)"]
+    for key, word in (("titles", "title"), ("descriptions", "description")):
+        entries = view.get(key) or []
+        if not entries and view.get(word):
+            entries = [{"language": "x-default", "text": view[word]}]
+        for e in entries:
+            lang = "" if e["language"] == "x-default" else f" ({e['language']})"
+            lines.append(f"{(word + lang):12} {e['text']}")
+    if view.get("keywords"):
+        lines.append("keywords     " + ", ".join(" › ".join(k.split("|")) for k in view["keywords"]))
+    marks = [_stars(view["rating"]) if view.get("rating") is not None else None,
+             f"{view['label']} label" if view.get("label") else None, view.get("pick_text")]
+    if any(marks):
+        lines.append("marks        " + " · ".join(m for m in marks if m))
+    lines.append("sources      " + (", ".join(view.get("sources") or []) or "none"))
+    lines += [f"problem      {p}" for p in view.get("problems") or []]
+    fields = field_lines(view)
+    if fields:
+        lines.append("fields read (name = value — where):")
+        lines += [f"  {line}" for line in fields]
+    return lines

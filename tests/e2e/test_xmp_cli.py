@@ -86,6 +86,18 @@ def test_index_and_search_by_rating_label_and_keyword(home, cli, tmp_path):
         rc, _out, err = cli("search", QUERY, *MODEL, "--near", "59.9,10.7")
         assert rc == 2 and "needs a radius" in err and "(--km)" in err
 
+        # One picture, as the inspector shows it: the same view as the search hits' metadata.
+        shown = cli.json("show", str(photos / "DSC_4127.jpg"), "--json")
+        assert {k: shown[k] for k in ("title", "keywords", "rating", "label", "gps")} == {
+            k: hit[0][k] for k in ("title", "keywords", "rating", "label", "gps")}
+        assert shown["metadata_read"] and shown["sources"] == ["DSC_4127.xmp"]
+        rc, out, err = cli("show", str(photos / "DSC_4127.jpg"))
+        assert rc == 0, err
+        assert "  keywords     Places › Norway › Oslo, Transport › ferry\n" in out
+        assert "  GPS          59.906890, 10.752013\n" in out and "  marks        ★★★★☆ · Green label\n" in out
+        rc, out, err = cli("show", str(tmp_path / "elsewhere.jpg"))
+        assert rc != 0 and "is not a picture of an indexed library" in err
+
         rc, _out, err = cli("search", QUERY, *MODEL, "--rating", "7")
         assert rc == 2 and "--rating" in err and "minimum rating must be at most 5, got 7" in err
         rc, _out, err = cli("search", QUERY, *MODEL, "--keyword", " | ")

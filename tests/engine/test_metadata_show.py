@@ -345,3 +345,30 @@ def test_the_backup_of_a_schema_5_catalog_opens_as_schema_6_too(tmp_path):
     shutil.copy(backup, restored)
     with Catalog(Path(restored)) as again:
         assert again.backup_path is not None and again.integrity_check() == "ok"
+
+
+def test_one_pictures_view_from_the_catalog_as_longlens_show_prints_it(tmp_path):
+    from engine.metadata.showing import picture_view, view_lines
+
+    with Catalog(tmp_path / "c.sqlite3") as cat:
+        lib = cat.add_library(tmp_path)
+        read, unread = cat.write_batch("m", [_write(lib.id, "IMG_1.jpg"),
+                                             _write(lib.id, "new.jpg", exif_date="2021-02-03T04:05:06",
+                                                    camera_make="SONY", camera_model="ILCE-7M3")])
+        cat.write_metadata([(read, FULL)])
+        view = picture_view(cat, path=str(tmp_path / "IMG_1.jpg"))
+        assert view["image_id"] == read and view["metadata_read"] and view["path"] == str(tmp_path / "IMG_1.jpg")
+        assert picture_view(cat, image_id=read) == view
+        lines = view_lines(view)
+        assert lines[:4] == ["date         taken 2023-06 (IPTC date)",
+                             "camera       NIKON D750 · lens AF-S NIKKOR 24-70mm f/2.8G ED",
+                             "GPS          59.913900, 10.752200", "title        Ferja"]
+        assert "title (de-DE) Fähre" in lines and "description (nb-NO) Ei ferje" in lines
+        assert "marks        ★★★★☆ · Magenta label · Accepted (pick label)" in lines
+        assert lines[-2] == ("  Xmp.exif.DateTimeOriginal = 2026-01-02T03:04:05 — IMG_1.jpg.xmp (not used: "
+                             "darktable's copy of the file time)")
+        # Indexed, metadata not read yet: what the decoder read, and why there is no more.
+        assert view_lines(picture_view(cat, image_id=unread)) == [
+            "date         taken 2021-02-03 04:05:06", "camera       SONY ILCE-7M3",
+            "metadata     not read yet (`longlens index` reads it; nothing is embedded again)"]
+        assert picture_view(cat, path=str(tmp_path / "elsewhere.jpg")) is None
