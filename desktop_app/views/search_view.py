@@ -236,8 +236,8 @@ class SearchView(QWidget):
         self.sort_box.setObjectName("result-order")
         for value, label in backend.result_orders():
             self.sort_box.addItem(label, value)
-        self.sort_box.setToolTip("Relevance, or the same results by date (the EXIF date, else the file's "
-                                 "modification time)")
+        self.sort_box.setToolTip("Relevance, or the same results by date (the EXIF date, else the XMP or IPTC "
+                                 "date, else the file's modification time)")
         lo, hi = backend.cutoff_range()
         self.cutoff_spin = QDoubleSpinBox()
         self.cutoff_spin.setObjectName("relevance-cutoff")

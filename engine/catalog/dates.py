@@ -1,6 +1,7 @@
-"""A picture's date: the EXIF capture date, else the date its XMP gives (as the index stored
+"""A picture's date: the EXIF capture date, else the date its metadata gives (as the index stored
 it in image_metadata.taken_at: exif:DateTimeOriginal, photoshop:DateCreated or xmp:CreateDate of
-a sidecar or an embedded packet), else the file's modification time, marked as such.
+a sidecar or an embedded packet, or IPTC-IIM's Date Created; image_metadata.taken_from says which
+kind), else the file's modification time, marked as such.
 
 Why this order: the EXIF date is the camera's own record; an XMP date is what the user's photo
 tool says (often the same date, or one set by hand for a scan, which has no EXIF date); the file
