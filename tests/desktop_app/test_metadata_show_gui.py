@@ -6,6 +6,7 @@ description, the date as known, and every field read with where it came from."""
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from engine.types import MetadataField, PhotoMetadata
 from tests.desktop_app.conftest import index_folder, settle
@@ -72,6 +73,13 @@ def test_the_inspector_lists_every_field_and_where_it_came_from(qtbot, indexed):
         "Iptc.Application2.DateCreated = 2023-06 — plain.jpg (IPTC)\n"
         "Xmp.exif.DateTimeOriginal = 2026-01-02T03:04:05 — plain.jpg.xmp (not used: darktable's copy of the file time)")
     assert not insp.metadata_fields.isHidden()
+    # The camera known only from the metadata: the hit names it as the inspector does, and the
+    # camera filter finds it.
+    view.camera_edit.setText("nikon d750")
+    assert _search(qtbot, view) == {"plain.jpg"}
+    assert view.last_result.hits[0].camera == "NIKON D750"
+    assert "NIKON D750" in view.model.data(view.model.index(0), Qt.ItemDataRole.ToolTipRole)
+    assert "taken 2023-06 (IPTC date)" in view.model.data(view.model.index(0), Qt.ItemDataRole.ToolTipRole)
     for job in (insp.image_job, insp.ground_job):
         if job is not None:
             settle(qtbot, job)
