@@ -893,9 +893,18 @@ def _camera_matches(make, model, text: str):
     joined by a space, or the name every display shows (engine.catalog.camera: "OLYMPUS E-M5" for
     "OLYMPUS IMAGING CORP." + "E-M5"), case ignored (ASCII, as SQLite's lower())."""
     pat = f"%{text.lower()}%"
-    return or_(func.lower(func.coalesce(make, "")).like(pat), func.lower(func.coalesce(model, "")).like(pat),
-               func.lower(func.coalesce(make, "") + " " + func.coalesce(model, "")).like(pat),
-               func.lower(getattr(func, CAMERA_DISPLAY)(make, model)).like(pat))
+    joined = func.lower(func.coalesce(make, "") + " " + func.coalesce(model, ""))
+    tests = [func.lower(func.coalesce(make, "")).like(pat), func.lower(func.coalesce(model, "")).like(pat),
+             joined.like(pat)]
+    words = text.lower().split()
+    if len(words) > 1:
+        # Only text with a space can match the shown name and not the make or model alone (across
+        # the shortened maker and the model). The shown name is a Python function (one call per
+        # row): it is asked only where every word is in the make or model (plain LIKEs, cheap),
+        # which a match needs (SQLite stops an AND at its first false term).
+        tests.append(and_(*(joined.like(f"%{w}%") for w in words),
+                          func.lower(getattr(func, CAMERA_DISPLAY)(make, model)).like(pat)))
+    return or_(*tests)
 
 
 def _texts_json(texts: Iterable[tuple[str, str]]) -> str:
