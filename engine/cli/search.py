@@ -160,7 +160,8 @@ def register(sub: Any) -> None:
     ss.add_argument("--near", metavar="LAT,LON",
                     help="only images whose GPS position is within --km of this place (decimal degrees, south "
                          "and west negative, e.g. 59.91,10.75); images with no GPS position are left out")
-    ss.add_argument("--km", metavar="R", help="the radius for --near, in kilometres (more than 0)")
+    ss.add_argument("--km", metavar="R", type=options.GPS_RADIUS_KM,
+                    help="the radius for --near, in kilometres (more than 0)")
     ss.add_argument("--model")
     ss.add_argument("--text-tower", type=Path, help="a paragraph-trained text tower folder (default: the settings')")
     ss.add_argument("--max-tokens", type=options.TOKEN_BUDGET,

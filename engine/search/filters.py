@@ -20,10 +20,9 @@ import re
 from collections.abc import Iterable
 
 from engine.catalog import ImageFilter
-from engine.catalog.geo import MAX_DISTANCE_KM
 from engine.errors import LonglensError
 from engine.metadata import normalise_keyword
-from engine.options import MIN_RATING, OptionError
+from engine.options import GPS_RADIUS_KM, MIN_RATING, OptionError
 
 
 class FilterError(LonglensError):
@@ -129,16 +128,10 @@ def _near(value: object) -> tuple[float, float] | None:
 def _km(value: object) -> float | None:
     if _blank(value):
         return None
-    km = _number(value)
-    if km is None:
-        raise FilterError(f"the 'km' radius must be a distance in kilometres, like 5 or 0.5, got {value!r}",
-                          settings=("km",))
-    if km <= 0:
-        raise FilterError(f"the 'km' radius must be more than 0 kilometres, got {km:g}", settings=("km",))
-    if km > MAX_DISTANCE_KM:
-        raise FilterError(f"the 'km' radius must be at most {MAX_DISTANCE_KM:.0f} kilometres (half the Earth's "
-                          f"circumference, which reaches every place), got {km:g}", settings=("km",))
-    return km
+    try:
+        return float(GPS_RADIUS_KM.parse(value) if isinstance(value, str) else GPS_RADIUS_KM.check(value))
+    except OptionError as exc:
+        raise FilterError(str(exc), settings=("km",)) from None
 
 
 def build_filters(folder: object = None, after: object = None, before: object = None,

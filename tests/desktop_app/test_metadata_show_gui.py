@@ -37,7 +37,7 @@ def test_the_place_filter_keeps_the_pictures_near_a_position(qtbot, indexed):
     view.km_edit.setText("0")
     settle(qtbot, view.run_text_query(QUERY))
     # The engine's words, as the CLI prints them (without the flag).
-    assert view.status.text().startswith("the 'km' radius must be more than 0 kilometres, got 0")
+    assert view.status.text().startswith("the 'km' radius must be greater than 0, got 0")
     view.km_edit.clear()
     settle(qtbot, view.run_text_query(QUERY))
     assert view.status.text().startswith("the 'near' position needs a radius: give 'km'")

@@ -82,7 +82,7 @@ def test_index_and_search_by_rating_label_and_keyword(home, cli, tmp_path):
         rc, _out, err = cli("search", QUERY, *MODEL, "--near", "95,10", "--km", "5")
         assert rc == 2 and "the 'near' latitude must be from -90 to 90 degrees, got 95" in err and "--near" in err
         rc, _out, err = cli("search", QUERY, *MODEL, "--near", "59.9,10.7", "--km", "0")
-        assert rc == 2 and "the 'km' radius must be more than 0 kilometres, got 0" in err and "--km" in err
+        assert rc == 2 and "argument --km: the 'km' radius must be greater than 0, got 0" in err
         rc, _out, err = cli("search", QUERY, *MODEL, "--near", "59.9,10.7")
         assert rc == 2 and "needs a radius" in err and "(--km)" in err
 
