@@ -111,8 +111,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     from engine.errors import LonglensError
     from engine.metadata.showing import picture_view, view_lines
 
+    given = Path(args.path).expanduser()
     with common.services(args) as svc:
-        view = picture_view(svc.catalog, path=str(Path(args.path).expanduser().absolute()))
+        # As given, else with links resolved (the library's root is stored resolved).
+        view = picture_view(svc.catalog, path=str(given.absolute()))
+        if view is None and given.exists():
+            view = picture_view(svc.catalog, path=str(given.resolve()))
     if view is None:
         raise LonglensError(f"{args.path} is not a picture of an indexed library: index its folder first "
                             "(`longlens index FOLDER`)")
