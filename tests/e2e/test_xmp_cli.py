@@ -95,6 +95,8 @@ def test_index_and_search_by_rating_label_and_keyword(home, cli, tmp_path):
         assert rc == 0, err
         assert "  keywords     Places › Norway › Oslo, Transport › ferry\n" in out
         assert "  GPS          59.906890, 10.752013\n" in out and "  marks        ★★★★☆ · Green label\n" in out
+        (tmp_path / "link").symlink_to(photos)  # through a link to the library: the same picture
+        assert cli.json("show", str(tmp_path / "link" / "DSC_4127.jpg"), "--json")["image_id"] == shown["image_id"]
         rc, out, err = cli("show", str(tmp_path / "elsewhere.jpg"))
         assert rc != 0 and "is not a picture of an indexed library" in err
 
