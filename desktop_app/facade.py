@@ -297,7 +297,8 @@ class Backend:
 
         f = filters or {}
         return build_filters(f.get("folder"), f.get("after"), f.get("before"), f.get("camera"),
-                             rating=f.get("rating"), label=f.get("label"), keyword=f.get("keyword"))
+                             rating=f.get("rating"), label=f.get("label"), keyword=f.get("keyword"),
+                             near=f.get("near"), km=f.get("km"))
 
     @staticmethod
     def result_orders() -> list[tuple[str, str]]:
@@ -414,21 +415,21 @@ class Backend:
         return pil_to_qimage(render_thumbnail(path, max_side))
 
     def photo_metadata(self, path: str, image_id: int | None = None) -> dict[str, Any] | None:
-        """What the picture's XMP says (as the last scan read it), ready to show: title,
-        description, rating, label, date, keywords (engine.metadata.display_keywords), problems;
-        None when the picture is not in the catalog or its metadata was not read yet."""
-        from engine.metadata import display_keywords
+        """What the picture's metadata says (as the last scan read it), ready to show: the view
+        `longlens search --json` gives too (engine.metadata.showing.metadata_view: title and
+        description per language, keywords once each, rating, label, pick, camera, lens, the date
+        as known with its source, GPS, every field with its source), plus `keyword_text` (paths
+        as "Places › Norway"), `gps_text` and `field_lines`; None when the picture is not in the
+        catalog or its metadata was not read yet."""
+        from engine.metadata.showing import field_lines, gps_text, picture_view
 
-        cat = self.services.catalog
-        if image_id is None:
-            rec = cat.image_at(path)
-            image_id = rec.id if rec is not None else None
-        m = cat.photo_metadata([image_id]).get(image_id) if image_id is not None else None
-        if m is None:
+        view = picture_view(self.services.catalog, path=path, image_id=image_id)
+        if view is None or not view["metadata_read"]:
             return None
-        return {"title": m.title, "description": m.description, "rating": m.rating, "label": m.label,
-                "taken_at": m.taken_at, "keywords": display_keywords(m), "sources": list(m.sources),
-                "problems": list(m.problems), "gps": (m.gps_lat, m.gps_lon) if m.gps_lat is not None else None}
+        view["keyword_text"] = [" › ".join(k.split("|")) for k in view["keywords"]]
+        view["gps_text"] = gps_text(view)
+        view["field_lines"] = field_lines(view)
+        return view
 
     # -- grounding --------------------------------------------------------------
     def grounder(self):

@@ -73,8 +73,8 @@ class DuplicateFile:
     library_id: int
     image_id: int
     size: int
-    date: str
-    date_source: str  # "exif" | "xmp" | "file time" (engine.catalog.dates)
+    date: str  # as known: a partial metadata date stays partial ("2023-06"; engine.catalog.dates)
+    date_source: str  # "exif" | "xmp" | "iptc" | "file time" (engine.catalog.dates)
     width: int | None
     height: int | None
     sha256: str
@@ -304,7 +304,7 @@ def find_duplicates(
             report.notes.append(f"{lib.root} is offline or missing: its pictures were not looked at")
             continue
         records = [rec for rec in catalog.image_records(lib.id) if rec.status == STATUS_OK and rec.content_hash]
-        xmp_dates = catalog.xmp_dates(rec.id for rec in records if not rec.exif_date)
+        xmp_dates = catalog.metadata_dates(rec.id for rec in records if not rec.exif_date)
         for rec in records:
             path = Path(lib.root) / rec.rel_path
             key = _file_as_indexed(path, rec.size, rec.mtime_ns)
@@ -315,8 +315,8 @@ def find_duplicates(
                 report.same_file.append({"path": str(path), "same_as": seen_files[key]})
                 continue
             seen_files[key] = str(path)
-            when = picture_date(rec.exif_date, rec.mtime_ns, xmp_dates.get(rec.id))
-            files[rec.id] = DuplicateFile(str(path), lib.id, rec.id, rec.size, when.date, when.source, rec.width,
+            when = picture_date(rec.exif_date, rec.mtime_ns, *xmp_dates.get(rec.id, (None, None)))
+            files[rec.id] = DuplicateFile(str(path), lib.id, rec.id, rec.size, when.shown, when.source, rec.width,
                                           rec.height, rec.content_hash)
             by_content.setdefault(rec.content_hash, []).append(rec.id)
         cancel.raise_if_cancelled()

@@ -117,6 +117,9 @@ SENTENCE_SAMPLING = Number("sentence-sampling fraction", float, 0.0, 1.0, lo_ope
 LOCAL_ALIGNMENT = Number("local-alignment weight", float, 0.0, 100.0)
 # The search filter on XMP ratings: at least this many stars (0 keeps all but rejected pictures).
 MIN_RATING = count("minimum rating", 0, 5)
+# The GPS filter's radius: more than 0, at most half the Earth's circumference (pi x 6371.0088 km,
+# engine.catalog.geo.MAX_DISTANCE_KM, rounded up), which already reaches every place.
+GPS_RADIUS_KM = Number("the 'km' radius", float, 0.0, 20015.2, lo_open=True)
 
 
 def train_layers(value: str) -> int | str:

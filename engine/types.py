@@ -127,9 +127,11 @@ class SearchHit:
     library_id: int
     rel_path: str
     exif_date: str | None = None
-    camera: str | None = None
-    # The date shown, sorted and filtered by: the EXIF date, else the XMP date, else the file's mtime;
-    # date_source says which ("exif" | "xmp" | "file time", engine.catalog.dates).
+    camera: str | None = None  # as photo tools show it (engine.catalog.camera.camera_display)
+    # The date shown, sorted and filtered by: the EXIF date, else the XMP or IPTC date, else the
+    # file's mtime; date_source says which ("exif" | "xmp" | "iptc" | "file time",
+    # engine.catalog.dates). A date known only in part stays partial ("2023-06"); it is sorted and
+    # filtered as the start of its period.
     date: str | None = None
     date_source: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -275,6 +275,16 @@ class InspectorView(QWidget):
         fl.addWidget(self.metadata_label)
         fl.addWidget(self.keywords_label)
         fl.addWidget(self.metadata_details)
+        # Every field read and where it came from (smaller: it is the detail behind the lines above).
+        self.metadata_fields = QLabel("")
+        self.metadata_fields.setObjectName("inspector-metadata-fields")
+        self.metadata_fields.setWordWrap(True)
+        self.metadata_fields.setTextFormat(Qt.TextFormat.PlainText)
+        self.metadata_fields.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        small = self.metadata_fields.font()
+        small.setPointSizeF(max(small.pointSizeF() - 1, 7))
+        self.metadata_fields.setFont(small)
+        fl.addWidget(self.metadata_fields)
         fl.addWidget(self.metadata_problems)
         fl.addStretch(1)
         # A long description scrolls inside the box: the phrase list keeps its room at 1024x640.
@@ -360,7 +370,7 @@ class InspectorView(QWidget):
         if score is not None:
             bits.append(f"score {score:.4f} · rank {rank}")
         if date:
-            bits.append(date)  # "taken …" or "file time … (no EXIF or XMP date)" (facade.date_text)
+            bits.append(date)  # "taken …" or "file time … (no EXIF, XMP or IPTC date)" (facade.date_text)
         if camera:
             bits.append(camera)
         self.details.setText("\n".join(bits))
@@ -398,9 +408,13 @@ class InspectorView(QWidget):
             self.show_metadata(meta)
 
     def show_metadata(self, meta: dict[str, Any] | None) -> None:
-        """The picture's XMP fields (Backend.photo_metadata), or nothing when it has none."""
+        """The picture's metadata (Backend.photo_metadata: what `longlens search --json` gives too),
+        or nothing when it has none: title, rating, colour and pick labels; keywords once each;
+        description, the other languages' titles and descriptions, date as known, camera, lens,
+        GPS; then every field read, where it came from, and those not in effect with their note."""
         if not meta or not any(meta.get(k) not in (None, [], "") for k in
-                               ("title", "description", "rating", "label", "taken_at", "keywords", "problems")):
+                               ("title", "description", "rating", "label", "pick", "taken_at", "keywords",
+                                "problems", "camera", "lens", "gps", "fields")):
             self.metadata_box.setVisible(False)
             return
         head = [f"<b>{html.escape(meta['title'])}</b>"] if meta.get("title") else []
@@ -409,21 +423,38 @@ class InspectorView(QWidget):
             head.append("Rejected" if rating < 0 else ("Unrated" if rating == 0 else "★" * rating + "☆" * (5 - rating)))
         if meta.get("label"):
             head.append(f"{html.escape(meta['label'])} label")
+        if meta.get("pick_text"):
+            head.append(html.escape(meta["pick_text"]))
         self.metadata_label.setText(" · ".join(head))
         self.metadata_label.setVisible(bool(head))
         details = [meta["description"]] if meta.get("description") else []
+        for key, word in (("titles", "Title"), ("descriptions", "Description")):
+            entries = meta.get(key) or []
+            # The x-default entry is the title / description above; the others by language.
+            details += [f"{word} ({e['language']}): {e['text']}" for e in entries[1:] if e.get("text")]
         if meta.get("taken_at"):
-            details.append(f"dated {meta['taken_at'].replace('T', ' ')}")
+            # As written: a partial date stays partial ("2023-06"), never a made-up midnight.
+            source = "IPTC date" if meta.get("taken_from") == "iptc" else "XMP date"
+            details.append(f"dated {meta['taken_at'].replace('T', ' ')} ({source})")
+        gear = [f"Camera: {meta['camera']}"] if meta.get("camera") else []
+        gear += [f"Lens: {meta['lens']}"] if meta.get("lens") else []
+        if gear:
+            details.append(" · ".join(gear))
+        if meta.get("gps_text"):
+            details.append(f"GPS: {meta['gps_text']}")
         self.metadata_details.setText("\n".join(details))
         self.metadata_details.setVisible(bool(details))
-        words = meta.get("keywords") or []
+        words = meta.get("keyword_text") or []
         self.keywords_label.setText(("Keywords: " + ", ".join(words)) if words else "")
         self.keywords_label.setVisible(bool(words))
+        fields = meta.get("field_lines") or []
+        self.metadata_fields.setText(("Fields read (name = value — where):\n" + "\n".join(fields)) if fields else "")
+        self.metadata_fields.setVisible(bool(fields))
         problems = meta.get("problems") or []
         self.metadata_problems.setText("\n".join(problems))
         self.metadata_problems.setStyleSheet(f"color: {theme.warning_colour()};")
         self.metadata_problems.setVisible(bool(problems))
-        self.metadata_box.setToolTip("From the photo's metadata (XMP), read from: "
+        self.metadata_box.setToolTip("From the photo's metadata (XMP, IPTC, EXIF), read from: "
                                      + ", ".join(meta.get("sources") or ["—"]))
         self.metadata_box.setVisible(True)
 

@@ -236,8 +236,8 @@ class SearchView(QWidget):
         self.sort_box.setObjectName("result-order")
         for value, label in backend.result_orders():
             self.sort_box.addItem(label, value)
-        self.sort_box.setToolTip("Relevance, or the same results by date (the EXIF date, else the file's "
-                                 "modification time)")
+        self.sort_box.setToolTip("Relevance, or the same results by date (the EXIF date, else the XMP or IPTC "
+                                 "date, else the file's modification time)")
         lo, hi = backend.cutoff_range()
         self.cutoff_spin = QDoubleSpinBox()
         self.cutoff_spin.setObjectName("relevance-cutoff")
@@ -290,12 +290,34 @@ class SearchView(QWidget):
         self.label_box.setEditable(True)  # labels are free text: a German Lightroom writes "Rot"
         self.label_box.addItems(LABEL_CHOICES)
         self.label_box.lineEdit().returnPressed.connect(self.search)
+        # GPS: near a place (latitude, longitude) within a radius; the engine checks both values
+        # (engine.search.filters) and its message names the field, as the CLI's --near / --km.
+        self.near_edit = QLineEdit()
+        self.near_edit.setObjectName("near-filter")
+        self.near_edit.setPlaceholderText("Near lat, lon")
+        self.near_edit.setToolTip("Only pictures taken near this place: latitude and longitude in decimal degrees "
+                                  "(south and west negative), e.g. 59.91, 10.75. Pictures with no GPS position "
+                                  "are left out")
+        self.near_edit.setClearButtonEnabled(True)
+        # Its placeholder whole beside the clear button; a typed position scrolls (1024 px window).
+        self.near_edit.setMinimumWidth(self.near_edit.fontMetrics().horizontalAdvance(
+            self.near_edit.placeholderText()) + self.near_edit.fontMetrics().height() + 20)
+        self.near_edit.returnPressed.connect(self.search)
+        self.km_edit = QLineEdit()
+        self.km_edit.setObjectName("km-filter")
+        self.km_edit.setPlaceholderText("km")
+        self.km_edit.setToolTip("The distance from that place, in kilometres (more than 0)")
+        self.km_edit.setMaximumWidth(self.km_edit.fontMetrics().horizontalAdvance("00000") + 20)
+        self.km_edit.returnPressed.connect(self.search)
         xmp_filters = QHBoxLayout()
         xmp_filters.addWidget(QLabel("Keyword"))
         xmp_filters.addWidget(self.keyword_edit, 3)
         xmp_filters.addSpacing(8)
         xmp_filters.addWidget(self.rating_box)
         xmp_filters.addWidget(self.label_box, 1)
+        xmp_filters.addSpacing(8)
+        xmp_filters.addWidget(self.near_edit, 1)
+        xmp_filters.addWidget(self.km_edit)
 
         # A filter, the order or the cut-off changed: the last search runs again once the user
         # pauses (debounced, in a worker: the GUI thread never waits for it).
@@ -315,6 +337,8 @@ class SearchView(QWidget):
         self.keyword_edit.textChanged.connect(self._filters_changed)
         self.rating_box.currentIndexChanged.connect(self._filters_changed)
         self.label_box.editTextChanged.connect(self._filters_changed)
+        self.near_edit.textChanged.connect(self._filters_changed)
+        self.km_edit.textChanged.connect(self._filters_changed)
 
         # -- results --------------------------------------------------------------------------------
         self.loader = ThumbnailLoader(backend.thumbnail, THUMBNAIL_PX, parent=self)
@@ -521,6 +545,8 @@ class SearchView(QWidget):
         out["rating"] = self.rating_box.currentData()
         label = self.label_box.currentText().strip()
         out["label"] = None if label in ("", ANY_LABEL) else label
+        out["near"] = self.near_edit.text().strip() or None
+        out["km"] = self.km_edit.text().strip() or None
         return out
 
     def order(self) -> str:

@@ -7,13 +7,14 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
 
 from engine.catalog import paths as dbpaths
+from engine.catalog.camera import CAMERA_DISPLAY
 from engine.catalog.dates import picture_date_sql, xmp_date_sql
 from engine.catalog.db import (
     SCHEMA_VERSION,
@@ -26,6 +27,7 @@ from engine.catalog.db import (
     recover_interrupted_rebuild,
     sqlite_errors,
 )
+from engine.catalog.geo import GREAT_CIRCLE_KM, bounding_box
 from engine.catalog.schema import embeddings, image_keywords, image_metadata, images, libraries, meta
 from engine.errors import CatalogError, LibraryError
 from engine.types import (
@@ -36,6 +38,7 @@ from engine.types import (
     ImageFields,
     ImageRecord,
     Library,
+    MetadataField,
     PhotoMetadata,
 )
 
@@ -73,14 +76,20 @@ MISSING_FIELD_RULES: dict[str, str] = {
     "rating": COUNTED_AS_UNRATED,
     "label": LEFT_OUT,
     "keyword": LEFT_OUT,
+    "gps": LEFT_OUT,
 }
 _LACKING = {
     "date": lambda: and_(images.c.exif_date.is_(None), xmp_date_sql().is_(None)),
     "camera": lambda: and_(func.coalesce(images.c.camera_make, "") == "",
-                           func.coalesce(images.c.camera_model, "") == ""),
+                           func.coalesce(images.c.camera_model, "") == "",
+                           images.c.id.not_in(select(image_metadata.c.image_id).where(or_(
+                               func.coalesce(image_metadata.c.camera_make, "") != "",
+                               func.coalesce(image_metadata.c.camera_model, "") != "")))),
     "rating": lambda: images.c.id.not_in(select(image_metadata.c.image_id).where(image_metadata.c.rating.is_not(None))),
     "label": lambda: images.c.id.not_in(select(image_metadata.c.image_id).where(image_metadata.c.label_key.is_not(None))),
     "keyword": lambda: images.c.id.not_in(select(image_keywords.c.image_id)),
+    "gps": lambda: images.c.id.not_in(select(image_metadata.c.image_id).where(
+        image_metadata.c.gps_lat.is_not(None), image_metadata.c.gps_lon.is_not(None))),
 }
 
 
@@ -96,10 +105,14 @@ class ImageFilter:
     # Every one must match: a keyword path ("Places|Norway") matches itself and every path under it
     # ("Places|Norway|Oslo"); a one-level keyword also matches the same flat keyword (dc:subject).
     keywords: tuple[str, ...] = ()
+    # GPS: only pictures whose position is within `km` of `near` (latitude, longitude in decimal
+    # degrees), by great-circle distance (engine.catalog.geo); pictures with no position are left out.
+    near: tuple[float, float] | None = None
+    km: float | None = None
 
     def is_empty(self) -> bool:
         return not (self.folder or self.after or self.before or self.camera or self.min_rating is not None
-                    or self.label or self.keywords)
+                    or self.label or self.keywords or self.near is not None)
 
 
 def _row_to_record(row) -> ImageRecord:
@@ -448,17 +461,38 @@ class Catalog:
         return out
 
     def xmp_dates(self, ids: Iterable[int]) -> dict[int, str]:
-        """{image id: the date its XMP gives, as stored} for those of these pictures that have one
+        """{image id: the date its metadata gives, as stored} for those of these pictures that have one
         (engine.catalog.dates.picture_date takes it after the EXIF date)."""
+        return {i: date for i, (date, _) in self.metadata_dates(ids).items()}
+
+    def metadata_cameras(self, ids: Iterable[int]) -> dict[int, tuple[str | None, str | None]]:
+        """{image id: (make, model)} from the metadata of those of these pictures whose metadata
+        names a camera (EXIF Make/Model, else XMP tiff:Make/Model)."""
         ids = [int(i) for i in ids]
-        out: dict[int, str] = {}
+        out: dict[int, tuple[str | None, str | None]] = {}
+        m = image_metadata.c
         with self.read() as conn:
             for chunk_start in range(0, len(ids), 900):
                 chunk = ids[chunk_start : chunk_start + 900]
-                q = select(image_metadata.c.image_id, image_metadata.c.taken_at).where(
+                q = select(m.image_id, m.camera_make, m.camera_model).where(
+                    m.image_id.in_(chunk), or_(func.coalesce(m.camera_make, "") != "",
+                                               func.coalesce(m.camera_model, "") != ""))
+                out.update({int(i): (make, model) for i, make, model in conn.execute(q)})
+        return out
+
+    def metadata_dates(self, ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
+        """{image id: (the date its metadata gives, as stored, possibly partial; the kind of source
+        it came from, "xmp" | "iptc" (None: read before schema 6))} for those of these pictures that
+        have one: engine.catalog.dates.picture_date(exif, mtime, *this) labels and completes it."""
+        ids = [int(i) for i in ids]
+        out: dict[int, tuple[str, str | None]] = {}
+        with self.read() as conn:
+            for chunk_start in range(0, len(ids), 900):
+                chunk = ids[chunk_start : chunk_start + 900]
+                q = select(image_metadata.c.image_id, image_metadata.c.taken_at, image_metadata.c.taken_from).where(
                     image_metadata.c.image_id.in_(chunk), image_metadata.c.taken_at.is_not(None),
                     image_metadata.c.taken_at != "")
-                out.update({int(i): str(t) for i, t in conn.execute(q)})
+                out.update({int(i): (str(t), f) for i, t, f in conn.execute(q)})
         return out
 
     def embedded_ids(self, library_id: int, model_id: str) -> set[int]:
@@ -680,16 +714,9 @@ class Catalog:
             parts["date"] = ([date >= flt.after] if flt.after else []) + ([date < flt.before] if flt.before else [])
         parts.update(_metadata_parts(flt))
         if flt.camera:
-            pat = f"%{flt.camera.lower()}%"
-            parts["camera"] = [
-                or_(
-                    func.lower(func.coalesce(images.c.camera_make, "")).like(pat),
-                    func.lower(func.coalesce(images.c.camera_model, "")).like(pat),
-                    func.lower(
-                        func.coalesce(images.c.camera_make, "") + " " + func.coalesce(images.c.camera_model, "")
-                    ).like(pat),
-                )
-            ]
+            parts["camera"] = [or_(_camera_matches(images.c.camera_make, images.c.camera_model, flt.camera),
+                                   images.c.id.in_(select(image_metadata.c.image_id).where(_camera_matches(
+                                       image_metadata.c.camera_make, image_metadata.c.camera_model, flt.camera))))]
         return parts
 
     def filtered_ids(self, library_id: int, flt: ImageFilter) -> set[int]:
@@ -758,6 +785,9 @@ class Catalog:
                     rating=m.rating, label=m.label, label_key=m.label.casefold() if m.label else None,
                     taken_at=m.taken_at, gps_lat=m.gps_lat, gps_lon=m.gps_lon,
                     sources=json.dumps(list(m.sources)), problems=json.dumps(list(m.problems)), read_at=now,
+                    camera_make=m.camera_make, camera_model=m.camera_model, lens=m.lens, pick=m.pick,
+                    taken_from=m.taken_from, titles=_texts_json(m.titles), descriptions=_texts_json(m.descriptions),
+                    fields=json.dumps([asdict(f) for f in m.fields], ensure_ascii=False),
                 ))
                 words = {("subject", k) for k in m.subjects} | {("path", k) for k in m.hierarchy}
                 if words:
@@ -787,6 +817,9 @@ class Catalog:
                         hierarchy=tuple(w.get("path", ())), rating=r.rating, label=r.label, taken_at=r.taken_at,
                         gps_lat=r.gps_lat, gps_lon=r.gps_lon, sources=tuple(json.loads(r.sources)),
                         problems=tuple(json.loads(r.problems)), state=r.state,
+                        camera_make=r.camera_make, camera_model=r.camera_model, lens=r.lens, pick=r.pick,
+                        taken_from=r.taken_from, titles=_texts_from_json(r.titles),
+                        descriptions=_texts_from_json(r.descriptions), fields=_fields_from_json(r.fields),
                     )
         return out
 
@@ -854,6 +887,39 @@ class Catalog:
             return int(conn.execute(q).scalar() or 0)
 
 
+def _camera_matches(make, model, text: str):
+    """The camera filter's test on one source's make and model (the decoder's EXIF, or the
+    metadata's: EXIF, else XMP tiff:Make/Model): `text` within the make, the model, or both
+    joined by a space, or the name every display shows (engine.catalog.camera: "OLYMPUS E-M5" for
+    "OLYMPUS IMAGING CORP." + "E-M5"), case ignored (ASCII, as SQLite's lower())."""
+    pat = f"%{text.lower()}%"
+    joined = func.lower(func.coalesce(make, "") + " " + func.coalesce(model, ""))
+    tests = [func.lower(func.coalesce(make, "")).like(pat), func.lower(func.coalesce(model, "")).like(pat),
+             joined.like(pat)]
+    words = text.lower().split()
+    if len(words) > 1:
+        # Only text with a space can match the shown name and not the make or model alone (across
+        # the shortened maker and the model). The shown name is a Python function (one call per
+        # row): it is asked only where every word is in the make or model (plain LIKEs, cheap),
+        # which a match needs (SQLite stops an AND at its first false term).
+        tests.append(and_(*(joined.like(f"%{w}%") for w in words),
+                          func.lower(getattr(func, CAMERA_DISPLAY)(make, model)).like(pat)))
+    return or_(*tests)
+
+
+def _texts_json(texts: Iterable[tuple[str, str]]) -> str:
+    """Titles or descriptions per language as stored: [[language, text], ...], x-default first."""
+    return json.dumps([[str(lang), str(text)] for lang, text in texts], ensure_ascii=False)
+
+
+def _texts_from_json(raw: str | None) -> tuple[tuple[str, str], ...]:
+    return tuple((str(lang), str(text)) for lang, text in json.loads(raw or "[]"))
+
+
+def _fields_from_json(raw: str | None) -> tuple[MetadataField, ...]:
+    return tuple(MetadataField(**f) for f in json.loads(raw or "[]"))
+
+
 def _metadata_parts(flt: ImageFilter) -> dict[str, list]:
     """The XMP filters' conditions on images.id (schema-5 tables), one part per filter."""
     parts: dict[str, list] = {}
@@ -878,7 +944,21 @@ def _metadata_parts(flt: ImageFilter) -> dict[str, list]:
         ))))
     if keyword_conds:
         parts["keyword"] = keyword_conds
+    if flt.near is not None and flt.km is not None:
+        parts["gps"] = [images.c.id.in_(_within_km(flt.near[0], flt.near[1], float(flt.km)))]
     return parts
+
+
+def _within_km(lat: float, lon: float, km: float):
+    """The ids of pictures whose stored position is within `km` of (lat, lon): the bounding box
+    (indexed comparisons), then the exact great-circle distance on what the box keeps."""
+    south, north, lons = bounding_box(lat, lon, km)
+    m = image_metadata.c
+    return select(m.image_id).where(
+        m.gps_lat.between(south, north),
+        or_(*(m.gps_lon.between(west, east) for west, east in lons)),
+        getattr(func, GREAT_CIRCLE_KM)(lat, lon, m.gps_lat, m.gps_lon) <= km,
+    )
 
 
 def _folder_relative_to(folder: str, root: str) -> str | None:

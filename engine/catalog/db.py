@@ -42,7 +42,7 @@ class CatalogConflictError(CatalogError):
     """A write lost a race with another process's change; rolled back whole, the catalog is intact."""
 
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 BUSY_TIMEOUT_S = 30.0
 # The quick check at open must stay cheap on a large catalog: it stops after this long and the
 # catalog is then used unchecked (the full check is `longlens check-catalog`).
@@ -232,6 +232,25 @@ _V5_DDL = (
 )
 
 
+# Version 6 (issue 28): what EXIF, IPTC-IIM and the wider XMP vocabulary add to a picture's
+# metadata (engine.types.PhotoMetadata): camera, lens, pick label, the kind of source of the date,
+# titles and descriptions per language, and every field read with where it came from (JSON lists),
+# plus an index for the GPS filter's bounding box. New columns only, so every row stays; they are
+# empty until the next scan reads the pictures' metadata again (the reader's version changed with
+# them), which re-embeds nothing.
+_V6_DDL = (
+    "ALTER TABLE image_metadata ADD COLUMN camera_make TEXT",
+    "ALTER TABLE image_metadata ADD COLUMN camera_model TEXT",
+    "ALTER TABLE image_metadata ADD COLUMN lens TEXT",
+    "ALTER TABLE image_metadata ADD COLUMN pick VARCHAR",
+    "ALTER TABLE image_metadata ADD COLUMN taken_from VARCHAR",
+    "ALTER TABLE image_metadata ADD COLUMN titles TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE image_metadata ADD COLUMN descriptions TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE image_metadata ADD COLUMN fields TEXT NOT NULL DEFAULT '[]'",
+    "CREATE INDEX ix_image_metadata_gps ON image_metadata (gps_lat, gps_lon)",
+)
+
+
 def _run_ddl(conn: Connection, statements: tuple[str, ...]) -> None:
     for sql in statements:
         conn.exec_driver_sql(sql)
@@ -289,8 +308,12 @@ def _v5(conn: Connection) -> None:
     _run_ddl(conn, _V5_DDL)
 
 
+def _v6(conn: Connection) -> None:
+    _run_ddl(conn, _V6_DDL)
+
+
 # Linear migration steps: MIGRATIONS[v] takes a catalog from version v-1 to v.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
 
 
 def read_only_uri(path: Path) -> str:
@@ -351,6 +374,17 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(read_only_uri(path), uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
 
 
+def register_functions(con: sqlite3.Connection) -> None:
+    """The SQL functions the catalog's queries use, on one connection: the great-circle distance
+    of the GPS filter (engine.catalog.geo) and the camera's name as shown (engine.catalog.camera),
+    so the camera filter matches what every display shows."""
+    from engine.catalog.camera import CAMERA_DISPLAY, camera_display
+    from engine.catalog.geo import GREAT_CIRCLE_KM, great_circle_km
+
+    con.create_function(GREAT_CIRCLE_KM, 4, great_circle_km, deterministic=True)
+    con.create_function(CAMERA_DISPLAY, 2, camera_display, deterministic=True)
+
+
 def create_catalog_engine(path: Path, *, read_only: bool = False) -> Engine:
     """The catalog's engine. Connections come from a creator given the path as a plain file
     name, never a formatted URL, so ? % # & ; and newlines in the path cannot change which file
@@ -383,6 +417,7 @@ def create_catalog_engine(path: Path, *, read_only: bool = False) -> Engine:
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         cur.close()
+        register_functions(dbapi_conn)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:

@@ -147,7 +147,17 @@ image_metadata = Table(
     Column("sources", Text, nullable=False),  # JSON list: sidecar file names, "embedded"
     Column("problems", Text, nullable=False),  # JSON list of reasons, each naming its file
     Column("read_at", Float, nullable=False),
+    # version 6 (issue 28): EXIF, IPTC-IIM and more of XMP
+    Column("camera_make", Text),  # EXIF Make, else XMP tiff:Make (a Lightroom sidecar of a RAW)
+    Column("camera_model", Text),
+    Column("lens", Text),
+    Column("pick", String),  # rejected | pending | accepted (digiKam:PickLabel)
+    Column("taken_from", String),  # the kind of source of taken_at: xmp | iptc (engine.catalog.dates)
+    Column("titles", Text, nullable=False, server_default="[]"),  # JSON [[language, text], ...]
+    Column("descriptions", Text, nullable=False, server_default="[]"),
+    Column("fields", Text, nullable=False, server_default="[]"),  # JSON [{name, value, source, used, note}]
 )
+Index("ix_image_metadata_gps", image_metadata.c.gps_lat, image_metadata.c.gps_lon)
 
 image_keywords = Table(
     "image_keywords",

@@ -59,9 +59,9 @@ def cmd_duplicates(args: argparse.Namespace) -> int:
                 print(f"[{n}] {KIND_WORDS[g.kind]} · {len(g.files)} files · {human_size(g.total_bytes)} · {inert(g.detail)}")
                 for f in g.files:
                     mark = "*" if f.date_source == "file time" else " "
-                    print(f"    {human_size(f.size):>10}  {f.date[:16].replace('T', ' ')}{mark}  {inert(f.path)}")
+                    print(f"    {human_size(f.size):>10}  {f.date[:16].replace('T', ' '):16}{mark}  {inert(f.path)}")
             if any(f.date_source == "file time" for g in report.groups for f in g.files):
-                print("* no EXIF or XMP date: the date shown is the file's modification time")
+                print("* no EXIF, XMP or IPTC date: the date shown is the file's modification time")
             for u in report.unreadable:
                 print(f"  unreadable (no perceptual hash): {inert(u['path'])}: {inert(u['reason'])}")
             for note in report.notes:

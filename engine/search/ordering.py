@@ -9,7 +9,7 @@ so the cut is made on the number the user sees in the score column). The top `to
 are looked at; the cut-off only ever shows fewer.
 
 The order then arranges the kept results: by relevance (the ranking as it is), or by the
-picture's date (engine.catalog.dates: the EXIF date, else the file time), newest or oldest
+picture's date (engine.catalog.dates: the EXIF date, else the XMP or IPTC date, else the file time), newest or oldest
 first, ties in relevance order. Ranks stay the relevance ranks, so a date-ordered list still
 says how well each picture matched.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from engine.catalog.dates import whole_date
 from engine.options import RELEVANCE_CUTOFF, RESULT_ORDER
 from engine.types import SearchHit, SearchResult
 
@@ -63,7 +64,8 @@ def order_hits(hits: list[SearchHit], order: str) -> list[SearchHit]:
         return list(hits)
     newest = order == "date-new"
     dated = sorted((h for h in hits if h.date), key=lambda h: h.rank)
-    dated.sort(key=lambda h: h.date or "", reverse=newest)  # stable: equal dates stay in rank order
+    # A partial date ("2023-06") sorts at the start of its period, as the date filter takes it.
+    dated.sort(key=lambda h: whole_date(h.date or ""), reverse=newest)  # stable: equal dates stay in rank order
     return dated + [h for h in hits if not h.date]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.catalog import Catalog, ImageFilter
+from engine.catalog.camera import camera_display
 from engine.catalog.catalog import COUNTED_AS_UNRATED, KEPT_BY_FILE_TIME, MISSING_FIELD_RULES
 from engine.catalog.dates import picture_date
 from engine.errors import DecodeError, QueryError
@@ -62,9 +63,9 @@ def _check_arrangement(order: str, cutoff: float | None) -> None:
         RELEVANCE_CUTOFF.check(cutoff)
 
 
-_FIELD_WORDS = {"date": ("date filter", "no EXIF or XMP date"), "camera": ("camera filter", "no camera recorded"),
+_FIELD_WORDS = {"date": ("date filter", "no EXIF, XMP or IPTC date"), "camera": ("camera filter", "no camera recorded"),
                 "rating": ("rating filter", "no rating"), "label": ("label filter", "no colour label"),
-                "keyword": ("keyword filter", "no keywords")}
+                "keyword": ("keyword filter", "no keywords"), "gps": ("place filter", "no GPS position")}
 
 
 def gap_notes(gaps: dict[str, int]) -> list[str]:
@@ -213,7 +214,11 @@ class Searcher:
         candidates.sort(key=lambda c: (-c[0], c[1]))
         candidates = candidates[:top_k]
         records = self.catalog.images_by_id([c[1] for c in candidates])
-        xmp_dates = self.catalog.xmp_dates(i for i, rec in records.items() if not rec.exif_date)
+        xmp_dates = self.catalog.metadata_dates(i for i, rec in records.items() if not rec.exif_date)
+        # The camera EXIF gives when the picture was decoded, else what its metadata says (a RAW's
+        # Lightroom sidecar: tiff:Make/Model), one name as every display shows it.
+        cameras = self.catalog.metadata_cameras(i for i, rec in records.items()
+                                                if not (rec.camera_make or rec.camera_model))
         roots = {lib.id: lib.root for lib in self.catalog.libraries()}
         hits = []
         for score, image_id, _ in candidates:
@@ -225,8 +230,8 @@ class Searcher:
             lib_id = rec.library_id
             if lib_id not in roots:
                 continue  # its library was removed between the ANN query and now
-            camera = " ".join(x for x in (rec.camera_make, rec.camera_model) if x) or None
-            when = picture_date(rec.exif_date, rec.mtime_ns, xmp_dates.get(image_id))
+            camera = camera_display(*cameras.get(image_id, (rec.camera_make, rec.camera_model)))
+            when = picture_date(rec.exif_date, rec.mtime_ns, *xmp_dates.get(image_id, (None, None)))
             hits.append(
                 SearchHit(
                     rank=len(hits) + 1,
@@ -237,7 +242,7 @@ class Searcher:
                     rel_path=rec.rel_path,
                     exif_date=rec.exif_date,
                     camera=camera,
-                    date=when.date,
+                    date=when.shown,  # a partial date stays partial (ordering sorts by its start)
                     date_source=when.source,
                 )
             )

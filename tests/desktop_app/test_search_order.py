@@ -48,7 +48,7 @@ def test_order_cutoff_and_filters_rerun_the_search_in_the_results_view(qtbot, da
     assert tuple(_names(view)) == NEWEST_FIRST and "newest first" in view.status.text() and not view.stale
     row = _names(view).index("shot2021")
     tip = view.model.index(row).data(Qt.ItemDataRole.ToolTipRole)
-    assert "file time 2021-06-06 12:00:00 (no EXIF or XMP date)" in tip
+    assert "file time 2021-06-06 12:00:00 (no EXIF, XMP or IPTC date)" in tip
     tip = view.model.index(_names(view).index("exif2020")).data(Qt.ItemDataRole.ToolTipRole)
     assert "taken 2020-07-15 09:30:00" in tip
 

@@ -63,10 +63,15 @@ def test_the_inspector_shows_the_pictures_keywords_rating_and_title(qtbot, index
     assert insp.metadata_box.isVisible()
     assert insp.keywords_label.text() == "Keywords: Places › Norway › Oslo, Transport › ferry"
     assert insp.metadata_label.text() == "<b>Morning ferry, Oslofjord</b> · ★★★★☆ · Green label"
-    assert insp.metadata_details.text() == ("A white ferry crosses the fjord in front of the Opera house under a pale "
-                                            "morning sky.\ndated 2023-06-14 10:22:31")
+    lines = insp.metadata_details.text().split("\n")
+    assert [line for line in lines if not line.startswith("Camera: ")] == [
+        "A white ferry crosses the fjord in front of the Opera house under a pale morning sky.",
+        "dated 2023-06-14 10:22:31 (XMP date)", "GPS: 59.906890, 10.752013"]
+    # The camera and lens, once the reader reads them from the sidecar (tiff:Make/Model, aux:Lens).
+    assert all(line == "Camera: NIKON Z 6_2 · Lens: NIKKOR Z 35mm f/1.8 S" for line in lines
+               if line.startswith("Camera: "))
     assert not insp.metadata_problems.isVisible()
-    assert insp.metadata_box.toolTip() == "From the photo's metadata (XMP), read from: DSC_4127.xmp"
+    assert insp.metadata_box.toolTip() == "From the photo's metadata (XMP, IPTC, EXIF), read from: DSC_4127.xmp"
     # A picture without any XMP: the section is hidden, not left showing the previous picture's.
     view.keyword_edit.clear()
     hits = {h.path.rsplit("/", 1)[-1]: h for h in (_search(qtbot, view) and view.last_result.hits)}
@@ -75,7 +80,7 @@ def test_the_inspector_shows_the_pictures_keywords_rating_and_title(qtbot, index
     assert not insp.metadata_box.isVisible()
     # By path (the inspector opened from elsewhere than a search result): the same catalog row.
     by_path = indexed.backend.photo_metadata(hits["IMG_2044.jpg"].path)
-    assert by_path["keywords"] == ["Places › Norway › Bergen", "harbour"] and by_path["label"] == "Yellow"
+    assert by_path["keyword_text"] == ["Places › Norway › Bergen", "harbour"] and by_path["label"] == "Yellow"
     assert indexed.backend.photo_metadata("/nowhere/IMG_2044.jpg") is None
     for job in (insp.image_job, insp.ground_job):
         if job is not None:

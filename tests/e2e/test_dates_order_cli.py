@@ -38,7 +38,7 @@ def test_undated_pictures_are_dated_by_file_time_filtered_sorted_and_cut(home, d
     assert rc == 0, err
     inside = {by_path[h["path"]] for h in json.loads(out)["results"]}
     assert inside == {"shot2021", "exif2022"}
-    assert "note: date filter: 1 picture with no EXIF or XMP date dated by the file's modification time instead" in err
+    assert "note: date filter: 1 picture with no EXIF, XMP or IPTC date dated by the file's modification time instead" in err
     # The camera filter leaves out the three that record no camera, and says so.
     rc, out, err = cli("search", QUERY, *MODEL, "--camera", "canon", "--json")
     assert {by_path[h["path"]] for h in json.loads(out)["results"]} == {"exif2019", "exif2020", "exif2022"}
@@ -54,7 +54,7 @@ def test_undated_pictures_are_dated_by_file_time_filtered_sorted_and_cut(home, d
     lines = [ln for ln in out.splitlines() if ln.strip()[:1].isdigit()]
     assert "2018-03-03 12:00*" in lines[0] and "scan2018.jpg" in lines[0]
     assert "2019-05-01 10:00 " in lines[1] and "ordered by date, oldest first" in out
-    assert "* no EXIF or XMP date: the date shown is the file's modification time" in out
+    assert "* no EXIF, XMP or IPTC date: the date shown is the file's modification time" in out
 
     # The cut-off: the results within DELTA of this query's best score, and where it cut.
     scores = sorted((h["score"] for h in res["results"]), reverse=True)

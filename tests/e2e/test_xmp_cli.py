@@ -6,6 +6,7 @@ mtime-identical throughout."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -69,8 +70,35 @@ def test_index_and_search_by_rating_label_and_keyword(home, cli, tmp_path):
         assert len(search("--rating", "0")["results"]) == 5
         hit = search("--keyword", "Transport|ferry")["results"]
         assert [(h["title"], h["rating"], h["label"]) for h in hit] == [("Morning ferry, Oslofjord", 4, "Green")]
-        assert hit[0]["keywords"] == ["Places|Norway|Oslo", "Transport|ferry", "Norway", "Oslo", "Places",
-                                      "Transport", "ferry"]
+        # Once each: Lightroom's flat dc:subject repeats every level of its paths.
+        assert hit[0]["keywords"] == ["Places|Norway|Oslo", "Transport|ferry"]
+        assert hit[0]["gps"] == {"lat": pytest.approx(59.906890, abs=1e-6), "lon": pytest.approx(10.752013, abs=1e-6)}
+        # The place filter (issue 28): within 1 km of the Oslo Opera house; the rest have no GPS position.
+        rc, out, err = cli("search", QUERY, *MODEL, "--top", "10", "--near", "59.9075,10.7531", "--km", "1", "--json")
+        assert rc == 0, err
+        assert _names(json.loads(out)) == {"DSC_4127.jpg"}
+        assert "note: place filter: 4 pictures with no GPS position left out" in err
+        assert _names(search("--near", "59.9075, 10.7531", "--km", "0.05")) == set()  # 91 m away: outside 50 m
+        rc, _out, err = cli("search", QUERY, *MODEL, "--near", "95,10", "--km", "5")
+        assert rc == 2 and "the 'near' latitude must be from -90 to 90 degrees, got 95" in err and "--near" in err
+        rc, _out, err = cli("search", QUERY, *MODEL, "--near", "59.9,10.7", "--km", "0")
+        assert rc == 2 and "argument --km: the 'km' radius must be greater than 0, got 0" in err
+        rc, _out, err = cli("search", QUERY, *MODEL, "--near", "59.9,10.7")
+        assert rc == 2 and "needs a radius" in err and "(--km)" in err
+
+        # One picture, as the inspector shows it: the same view as the search hits' metadata.
+        shown = cli.json("show", str(photos / "DSC_4127.jpg"), "--json")
+        assert {k: shown[k] for k in ("title", "keywords", "rating", "label", "gps")} == {
+            k: hit[0][k] for k in ("title", "keywords", "rating", "label", "gps")}
+        assert shown["metadata_read"] and shown["sources"] == ["DSC_4127.xmp"]
+        rc, out, err = cli("show", str(photos / "DSC_4127.jpg"))
+        assert rc == 0, err
+        assert "  keywords     Places › Norway › Oslo, Transport › ferry\n" in out
+        assert "  GPS          59.906890, 10.752013\n" in out and "  marks        ★★★★☆ · Green label\n" in out
+        (tmp_path / "link").symlink_to(photos)  # through a link to the library: the same picture
+        assert cli.json("show", str(tmp_path / "link" / "DSC_4127.jpg"), "--json")["image_id"] == shown["image_id"]
+        rc, out, err = cli("show", str(tmp_path / "elsewhere.jpg"))
+        assert rc != 0 and "is not a picture of an indexed library" in err
 
         rc, _out, err = cli("search", QUERY, *MODEL, "--rating", "7")
         assert rc == 2 and "--rating" in err and "minimum rating must be at most 5, got 7" in err

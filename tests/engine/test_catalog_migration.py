@@ -30,7 +30,7 @@ def test_v1_catalog_migrates_to_v2_keeping_data_and_a_backup(tmp_path):
     cat = Catalog(path)
     try:
         # v1 -> v2 -> v3 (verdicts keyed by content) -> v4 (renumbered) -> v5 (XMP metadata)
-        assert db.SCHEMA_VERSION == 5
+        assert db.SCHEMA_VERSION == 6
         with cat.read() as conn:
             assert db.user_version(conn) == db.SCHEMA_VERSION
             tables = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'")}

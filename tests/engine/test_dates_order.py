@@ -45,7 +45,7 @@ def test_picture_date_is_exif_else_file_time_marked():
     assert (exif.date, exif.source) == ("2019-06-01T10:00:00", DATE_FROM_EXIF)
     got = picture_date(None, _ns(2022, 3, 4, 5, 6, 7, 999_999_999))
     assert got.date == "2022-03-04T05:06:07" and got.source == DATE_FROM_FILE_TIME
-    assert describe_date(got.date, got.source) == "file time 2022-03-04 05:06:07 (no EXIF or XMP date)"
+    assert describe_date(got.date, got.source) == "file time 2022-03-04 05:06:07 (no EXIF, XMP or IPTC date)"
     assert describe_date("2019-06-01T10:00:00", DATE_FROM_EXIF) == "taken 2019-06-01 10:00:00"
     assert cli_search.DATE_FROM_FILE_TIME == DATE_FROM_FILE_TIME
 
@@ -117,9 +117,9 @@ def test_date_filters_keep_undated_pictures_by_their_file_time_and_say_so(tmp_pa
         assert cat.filter_gaps(lib.id, ImageFilter(camera="fuji", before="2020-01-01")) == {"camera": 0, "date": 1}
         assert cat.filter_gaps(lib.id, ImageFilter(folder="/elsewhere", camera="x")) == {}
         assert cat.filter_gaps(lib.id, ImageFilter(folder=str(tmp_path))) == {}
-    assert set(MISSING_FIELD_RULES) == {"date", "camera", "rating", "label", "keyword"}
+    assert set(MISSING_FIELD_RULES) == {"date", "camera", "rating", "label", "keyword", "gps"}
     assert gap_notes({"date": 1, "camera": 3}) == [
-        "date filter: 1 picture with no EXIF or XMP date dated by the file's modification time instead",
+        "date filter: 1 picture with no EXIF, XMP or IPTC date dated by the file's modification time instead",
         "camera filter: 3 pictures with no camera recorded left out",
     ]
     assert gap_notes({"camera": 0}) == []

@@ -304,7 +304,7 @@ def test_a_schema_4_catalog_migrates_with_a_backup_and_its_pictures_get_their_xm
         assert cat.backup_path is not None and _dump(cat.backup_path) == v4_dump  # the v4 catalog, as it was
         assert _dump(cat.backup_path)[0] == 4
         with cat.read() as conn:
-            assert db.user_version(conn) == db.SCHEMA_VERSION == 5
+            assert db.user_version(conn) == db.SCHEMA_VERSION == 6
             assert conn.exec_driver_sql("SELECT note FROM verdicts").scalar() == "kept"
         assert cat.integrity_check() == "ok"
         assert _vectors_written_at(svc) == vectors

@@ -270,6 +270,9 @@ def test_no_verb_writes_a_raw_control_sequence_from_a_file_name_caption_or_messa
         ("error", ["check", str(tmp_path / "none\x1b]52;c;QQ==\x07.jsonl"), "--out", str(tmp_path / "x.jsonl")]),
         # engine/cli/xmp.py (the sidecar helper's) is covered by the same net: its dry run lists sidecars.
         ("xmp_dry_run", ["xmp", "export", str(caps), "--convention", "darktable", "--dry-run"]),
+        # One picture's metadata (issue 28): its path and every field as text and as JSON.
+        ("show", ["show", str(nasty[0])]),
+        ("show_json", ["show", str(nasty[0]), "--json"]),
     ]
     got = _run_commands(runs, tmp_path / "captured", home)
     for name, (_code, out, err) in got.items():
@@ -287,6 +290,7 @@ def test_no_verb_writes_a_raw_control_sequence_from_a_file_name_caption_or_messa
     assert json.loads(got["libraries_json"][1])[0]["root"] == str(root.resolve())
     assert "lib\\x1b]52;c;QUJD\\x07" in got["libraries"][1].decode()
 
+    assert got["show"][0] == 0 and json.loads(got["show_json"][1])["path"] == str(nasty[0].resolve())
     search_text = got["search"][1].decode()
     on_disk = {os.fsencode(p.resolve()) for p in nasty}
     hits = json.loads(got["search_json"][1])["results"]
