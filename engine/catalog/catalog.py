@@ -30,6 +30,7 @@ from engine.catalog.db import (
 from engine.catalog.geo import GREAT_CIRCLE_KM, bounding_box
 from engine.catalog.schema import embeddings, image_keywords, image_metadata, images, libraries, meta
 from engine.errors import CatalogError, LibraryError
+from engine.jsonfile import loads_bounded
 from engine.types import (
     LIBRARY_OFFLINE,
     LIBRARY_ONLINE,
@@ -787,7 +788,7 @@ class Catalog:
                     sources=json.dumps(list(m.sources)), problems=json.dumps(list(m.problems)), read_at=now,
                     camera_make=m.camera_make, camera_model=m.camera_model, lens=m.lens, pick=m.pick,
                     taken_from=m.taken_from, titles=_texts_json(m.titles), descriptions=_texts_json(m.descriptions),
-                    fields=json.dumps([asdict(f) for f in m.fields], ensure_ascii=False),
+                    fields=json.dumps([asdict(f) for f in m.fields]),  # ASCII escapes, as _texts_json
                 ))
                 words = {("subject", k) for k in m.subjects} | {("path", k) for k in m.hierarchy}
                 if words:
@@ -909,15 +910,18 @@ def _camera_matches(make, model, text: str):
 
 def _texts_json(texts: Iterable[tuple[str, str]]) -> str:
     """Titles or descriptions per language as stored: [[language, text], ...], x-default first."""
-    return json.dumps([[str(lang), str(text)] for lang, text in texts], ensure_ascii=False)
+    # ASCII escapes: a file name that is not UTF-8 (kept by Python as surrogate escapes) cannot be
+    # encoded for SQLite as it is, and JSON's \u escapes carry it through unchanged.
+    return json.dumps([[str(lang), str(text)] for lang, text in texts])
 
 
 def _texts_from_json(raw: str | None) -> tuple[tuple[str, str], ...]:
-    return tuple((str(lang), str(text)) for lang, text in json.loads(raw or "[]"))
+    # Written by _texts_json, but holding users' text: parsed within the depth limit all the same.
+    return tuple((str(lang), str(text)) for lang, text in loads_bounded(raw or "[]", "image_metadata texts"))
 
 
 def _fields_from_json(raw: str | None) -> tuple[MetadataField, ...]:
-    return tuple(MetadataField(**f) for f in json.loads(raw or "[]"))
+    return tuple(MetadataField(**f) for f in loads_bounded(raw or "[]", "image_metadata.fields"))
 
 
 def _metadata_parts(flt: ImageFilter) -> dict[str, list]:
