@@ -607,7 +607,8 @@ class _Backups:
         atomic_write_bytes(p.backup, data)  # again when the sidecar changed: the copy is what is replaced
         self.manifest[p.backup.name] = str(p.target.sidecar)
         atomic_write_bytes(self.folder / "manifest.json",
-                           (json.dumps(self.manifest, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+                           # ASCII escapes: a sidecar name that is not UTF-8 is kept exactly
+                           (json.dumps(self.manifest, indent=1) + "\n").encode("utf-8"))
         p.change.backup = str(p.backup)
 
 

@@ -71,8 +71,10 @@ def write_catalog_caption_file(captions: Sequence[CatalogCaption], dest: Path) -
     for Review to open. Raises NoCatalogCaptionsError when there is nothing to write."""
     if not captions:
         raise NoCatalogCaptionsError(NO_CATALOG_CAPTIONS)
+    # ASCII escapes: a picture name that is not UTF-8 (surrogate escapes in Python) cannot be
+    # written as UTF-8 text, and JSON's \u escapes bring it back unchanged when Review reads it.
     atomic_write_text(dest, "".join(json.dumps({"image": str(c.image), "caption": c.caption,
-                                                "caption_source": c.field}, ensure_ascii=False) + "\n"
+                                                "caption_source": c.field}) + "\n"
                                     for c in captions))
     return dest
 
