@@ -439,13 +439,19 @@ def _properties(rdf: ET.Element) -> dict[str, str | ET.Element]:
     """The top-level properties of every rdf:Description (attributes and child elements), by
     'prefix:Name'; the first occurrence wins. Structures nested inside a property (darktable's
     history, crs:Look) are not walked: their fields are not the picture's."""
+    return _named_properties(rdf.findall(f"{{{RDF}}}Description"))
+
+
+def _named_properties(nodes: list[ET.Element]) -> dict[str, str | ET.Element]:
+    """The attributes and child elements of these nodes in the namespaces read here, by
+    'prefix:Name'; the first occurrence wins."""
     props: dict[str, str | ET.Element] = {}
-    for desc in rdf.findall(f"{{{RDF}}}Description"):
-        for attr, value in desc.attrib.items():
+    for node in nodes:
+        for attr, value in node.attrib.items():
             name = _qname(attr)
             if name is not None:
                 props.setdefault(name, value)
-        for child in desc:
+        for child in node:
             name = _qname(child.tag)
             if name is not None:
                 props.setdefault(name, child)
@@ -504,18 +510,7 @@ def _languages(value: str | ET.Element | None) -> list[tuple[str, str]]:
 def _struct(el: ET.Element) -> dict[str, str | ET.Element]:
     """The fields of an RDF structure in any of its forms: attributes of the element, child
     elements (rdf:parseType="Resource"), or those of an rdf:Description inside it."""
-    out: dict[str, str | ET.Element] = {}
-    nodes = [el, *el.findall(f"{{{RDF}}}Description")]
-    for node in nodes:
-        for attr, value in node.attrib.items():
-            name = _qname(attr)
-            if name is not None:
-                out.setdefault(name, value)
-        for child in node:
-            name = _qname(child.tag)
-            if name is not None:
-                out.setdefault(name, child)
-    return out
+    return _named_properties([el, *el.findall(f"{{{RDF}}}Description")])
 
 
 def _mwg_keywords(value: str | ET.Element | None, *, source: str, problems: list[str]) -> list[str]:

@@ -5,35 +5,25 @@ description, the date as known, and every field read with where it came from."""
 
 from __future__ import annotations
 
-import pytest
 from PySide6.QtCore import Qt
 
 from engine.types import MetadataField, PhotoMetadata
-from tests.desktop_app.conftest import index_folder, settle
-from tests.e2e.test_xmp_cli import QUERY, make_library
+from tests.desktop_app import test_xmp_gui
+from tests.desktop_app.conftest import settle
+from tests.desktop_app.test_xmp_gui import search_names
+from tests.e2e.test_xmp_cli import QUERY
 
-
-@pytest.fixture
-def indexed(qtbot, window, tmp_path):
-    library = tmp_path / "library"
-    make_library(library)
-    index_folder(qtbot, window, library)
-    return window
-
-
-def _search(qtbot, view):
-    settle(qtbot, view.run_text_query(QUERY))
-    return {h.path.rsplit("/", 1)[-1] for h in view.last_result.hits}
+indexed = test_xmp_gui.indexed  # the same fixture: the e2e library indexed in the window
 
 
 def test_the_place_filter_keeps_the_pictures_near_a_position(qtbot, indexed):
     view = indexed.search_view
     view.near_edit.setText("59.9075, 10.7531")  # the Oslo Opera house; DSC_4127's sidecar is 91 m away
     view.km_edit.setText("1")
-    assert _search(qtbot, view) == {"DSC_4127.jpg"}
+    assert search_names(qtbot, view) == {"DSC_4127.jpg"}
     assert "place filter: 4 pictures with no GPS position left out" in " ".join(view.last_result.notes)
     view.km_edit.setText("0.05")
-    assert _search(qtbot, view) == set()
+    assert search_names(qtbot, view) == set()
     view.km_edit.setText("0")
     settle(qtbot, view.run_text_query(QUERY))
     # The engine's words, as the CLI prints them (without the flag).
@@ -42,12 +32,12 @@ def test_the_place_filter_keeps_the_pictures_near_a_position(qtbot, indexed):
     settle(qtbot, view.run_text_query(QUERY))
     assert view.status.text().startswith("the 'near' position needs a radius: give 'km'")
     view.near_edit.clear()
-    assert len(_search(qtbot, view)) == 5
+    assert len(search_names(qtbot, view)) == 5
 
 
 def test_the_inspector_lists_every_field_and_where_it_came_from(qtbot, indexed):
     view = indexed.search_view
-    _search(qtbot, view)
+    search_names(qtbot, view)
     hits = {h.path.rsplit("/", 1)[-1]: h for h in view.last_result.hits}
     plain = hits["plain.jpg"]
     indexed.backend.services.catalog.write_metadata([(plain.image_id, PhotoMetadata(
@@ -76,7 +66,7 @@ def test_the_inspector_lists_every_field_and_where_it_came_from(qtbot, indexed):
     # The camera known only from the metadata: the hit names it as the inspector does, and the
     # camera filter finds it.
     view.camera_edit.setText("nikon d750")
-    assert _search(qtbot, view) == {"plain.jpg"}
+    assert search_names(qtbot, view) == {"plain.jpg"}
     assert view.last_result.hits[0].camera == "NIKON D750"
     assert "NIKON D750" in view.model.data(view.model.index(0), Qt.ItemDataRole.ToolTipRole)
     assert "taken 2023-06 (IPTC date)" in view.model.data(view.model.index(0), Qt.ItemDataRole.ToolTipRole)

@@ -18,22 +18,22 @@ def indexed(qtbot, window, tmp_path):
     return window
 
 
-def _search(qtbot, view):
+def search_names(qtbot, view):
     settle(qtbot, view.run_text_query(QUERY))
     return {h.path.rsplit("/", 1)[-1] for h in view.last_result.hits}
 
 
 def test_keyword_rating_and_label_filters_narrow_the_results(qtbot, indexed):
     view = indexed.search_view
-    assert len(_search(qtbot, view)) == 5
+    assert len(search_names(qtbot, view)) == 5
     qtbot.keyClicks(view.keyword_edit, "Places|Norway")
-    assert _search(qtbot, view) == {"DSC_4127.jpg", "IMG_2044.jpg", "P1030412.JPG", "lofoten.jpg"}
+    assert search_names(qtbot, view) == {"DSC_4127.jpg", "IMG_2044.jpg", "P1030412.JPG", "lofoten.jpg"}
     view.rating_box.setCurrentIndex(view.rating_box.findData(4))
     assert view.rating_box.currentText() == "★★★★ or more"
-    assert _search(qtbot, view) == {"DSC_4127.jpg", "P1030412.JPG"}
+    assert search_names(qtbot, view) == {"DSC_4127.jpg", "P1030412.JPG"}
     view.rating_box.setCurrentIndex(0)
     view.label_box.setCurrentText("yellow")  # typed in any case, like the CLI's --label
-    assert _search(qtbot, view) == {"IMG_2044.jpg"}
+    assert search_names(qtbot, view) == {"IMG_2044.jpg"}
     view.label_box.setCurrentIndex(0)
     view.keyword_edit.clear()
     qtbot.keyClicks(view.keyword_edit, "Places|Norway|Oslo")
@@ -54,7 +54,7 @@ def test_a_bad_keyword_gets_the_engines_message(qtbot, indexed):
 def test_the_inspector_shows_the_pictures_keywords_rating_and_title(qtbot, indexed):
     view = indexed.search_view
     qtbot.keyClicks(view.keyword_edit, "Transport|ferry")
-    _search(qtbot, view)
+    search_names(qtbot, view)
     view.grid.setCurrentIndex(view.model.index(0))
     view.open_current()
     insp = indexed.inspector_view
@@ -74,7 +74,7 @@ def test_the_inspector_shows_the_pictures_keywords_rating_and_title(qtbot, index
     assert insp.metadata_box.toolTip() == "From the photo's metadata (XMP, IPTC, EXIF), read from: DSC_4127.xmp"
     # A picture without any XMP: the section is hidden, not left showing the previous picture's.
     view.keyword_edit.clear()
-    hits = {h.path.rsplit("/", 1)[-1]: h for h in (_search(qtbot, view) and view.last_result.hits)}
+    hits = {h.path.rsplit("/", 1)[-1]: h for h in (search_names(qtbot, view) and view.last_result.hits)}
     insp.show_hit(hits["plain.jpg"], {"text": QUERY, "image": None})
     settle(qtbot, insp.metadata_job)
     assert not insp.metadata_box.isVisible()

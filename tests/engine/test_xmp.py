@@ -38,7 +38,7 @@ EMBEDDED_PACKET = b"""<?xpacket begin="\xef\xbb\xbf" id="W5M0MpCehiHzreSzNTczkc9
 """ + b" " * 200 + b'\n<?xpacket end="w"?>'
 
 
-def _sidecars_of(image: Path) -> tuple[SidecarFile, ...]:
+def sidecars_of(image: Path) -> tuple[SidecarFile, ...]:
     """What the scan attaches to `image` (the .xmp files of its folder, matched by name)."""
     found: dict[str, list[SidecarFile]] = {}
     for p in image.parent.iterdir():
@@ -149,10 +149,10 @@ def test_date_and_gps_forms():
 def test_both_naming_conventions_are_matched_in_any_case(tmp_path):
     for name in ("IMG_1.CR2", "IMG_1.xmp", "IMG_1.CR2.XMP", "img_2.jpg", "IMG_2.XMP", "IMG_10.jpg.xmp"):
         (tmp_path / name).write_bytes(b"x")
-    got = _sidecars_of(tmp_path / "IMG_1.CR2")
+    got = sidecars_of(tmp_path / "IMG_1.CR2")
     assert [(s.name, s.kind) for s in got] == [("IMG_1.CR2.XMP", WHOLE_NAME), ("IMG_1.xmp", STEM)]
-    assert [(s.name, s.kind) for s in _sidecars_of(tmp_path / "img_2.jpg")] == [("IMG_2.XMP", STEM)]
-    assert _sidecars_of(tmp_path / "IMG_1.jpg") == (SidecarFile("IMG_1.xmp", tmp_path / "IMG_1.xmp", 1,
+    assert [(s.name, s.kind) for s in sidecars_of(tmp_path / "img_2.jpg")] == [("IMG_2.XMP", STEM)]
+    assert sidecars_of(tmp_path / "IMG_1.jpg") == (SidecarFile("IMG_1.xmp", tmp_path / "IMG_1.xmp", 1,
                                                                 (tmp_path / "IMG_1.xmp").stat().st_mtime_ns, STEM),)
 
 
@@ -161,15 +161,15 @@ def test_sidecar_for_extension_gives_lightrooms_sidecar_to_the_raw_not_the_jpeg_
     Image.new("RGB", (16, 16)).save(raw, "TIFF")  # NEFs are TIFF files; this one holds no XMP
     jpeg = _jpeg(tmp_path / "DSC_4127.JPG")
     shutil.copy(DATA / "lightroom-classic.xmp", tmp_path / "DSC_4127.xmp")
-    m = read_photo_metadata(raw, _sidecars_of(raw))
+    m = read_photo_metadata(raw, sidecars_of(raw))
     assert m.title == "Morning ferry, Oslofjord" and m.rating == 4 and m.sources == ("DSC_4127.xmp",)
     assert m.hierarchy == ("Places|Norway|Oslo", "Transport|ferry")
-    other = read_photo_metadata(jpeg, _sidecars_of(jpeg))
+    other = read_photo_metadata(jpeg, sidecars_of(jpeg))
     assert other.is_empty() and other.sources == () and other.problems == ()
     # A stem sidecar that names no file belongs to every picture of that stem (Capture One, older tools).
     packet = (DATA / "lightroom-classic.xmp").read_text(encoding="utf-8")
     (tmp_path / "DSC_4127.xmp").write_text(packet.replace('photoshop:SidecarForExtension="NEF"', ""), encoding="utf-8")
-    assert read_photo_metadata(jpeg, _sidecars_of(jpeg)).title == "Morning ferry, Oslofjord"
+    assert read_photo_metadata(jpeg, sidecars_of(jpeg)).title == "Morning ferry, Oslofjord"
 
 
 def test_the_whole_name_sidecar_wins_and_the_embedded_packet_fills_the_rest(tmp_path):
@@ -180,17 +180,17 @@ def test_the_whole_name_sidecar_wins_and_the_embedded_packet_fills_the_rest(tmp_
     lightroom = (DATA / "lightroom-classic.xmp").read_text(encoding="utf-8")
     (tmp_path / "IMG_2044.xmp").write_text(lightroom.replace('photoshop:SidecarForExtension="NEF"', ""),
                                            encoding="utf-8")
-    m = read_photo_metadata(image, _sidecars_of(image))
+    m = read_photo_metadata(image, sidecars_of(image))
     assert m.sources == ("IMG_2044.jpg.xmp",)  # darktable's sets every group the file's packet has
     assert m.title == "Bryggen at dusk" and m.rating == 3 and m.label == "Yellow"  # darktable's
     assert m.hierarchy == ("Places|Norway|Bergen", "harbour")  # not Lightroom's Oslo, not the file's Lofoten
     assert m.taken_at == "2022-08-03T19:41:07"
     assert m.gps_lat is None  # Lightroom's stem sidecar has GPS, but it is not merged in
     (tmp_path / "IMG_2044.jpg.xmp").unlink()
-    m = read_photo_metadata(image, _sidecars_of(image))
+    m = read_photo_metadata(image, sidecars_of(image))
     assert m.sources == ("IMG_2044.xmp",) and m.title == "Morning ferry, Oslofjord"
     (tmp_path / "IMG_2044.xmp").unlink()
-    m = read_photo_metadata(image, _sidecars_of(image))
+    m = read_photo_metadata(image, sidecars_of(image))
     assert m.sources == ("embedded",) and m.title == "Embedded title" and m.rating == 2 and m.label == "Red"
     assert m.hierarchy == ("Places|Norway|Lofoten",) and m.taken_at == "2020-02-29T07:15:00"
 
@@ -201,7 +201,7 @@ def test_a_sidecar_silent_on_a_group_leaves_it_to_the_embedded_packet(tmp_path):
         '<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
         '<rdf:Description rdf:about="" xmlns:xmp="http://ns.adobe.com/xap/1.0/" xmp:Rating="5"/>'
         "</rdf:RDF></x:xmpmeta>", encoding="utf-8")
-    m = read_photo_metadata(image, _sidecars_of(image))
+    m = read_photo_metadata(image, sidecars_of(image))
     assert m.rating == 5 and m.title == "Embedded title" and m.subjects == ("Lofoten", "winter")
     assert m.sources == ("IMG_7.jpg.xmp", "embedded")
 
@@ -222,7 +222,7 @@ def test_an_unreadable_sidecar_is_a_problem_naming_it_and_nothing_else_is_lost(t
     else:
         shutil.copy(DATA / bad, whole)
     (tmp_path / "IMG_2044.xmp").write_bytes((DATA / "digikam.xmp").read_bytes())
-    sidecars = _sidecars_of(image)
+    sidecars = sidecars_of(image)
     m = read_photo_metadata(image, sidecars)
     assert len(m.problems) == 1 and m.problems[0].startswith("IMG_2044.jpg.xmp: "), m.problems
     # The next source takes over: the stem sidecar, then the embedded packet for what it lacks.
@@ -374,7 +374,7 @@ def test_a_sidecar_that_became_a_fifo_is_refused_without_blocking(tmp_path):
 
     image = _jpeg(tmp_path / "IMG_9.jpg", EMBEDDED_PACKET)
     shutil.copy(DATA / "darktable.xmp", tmp_path / "IMG_9.jpg.xmp")
-    sidecars = _sidecars_of(image)  # as scanned: a regular file
+    sidecars = sidecars_of(image)  # as scanned: a regular file
     (tmp_path / "IMG_9.jpg.xmp").unlink()
     os.mkfifo(tmp_path / "IMG_9.jpg.xmp")  # swapped after the scan: a plain open() would wait forever
     m = read_photo_metadata(image, sidecars)

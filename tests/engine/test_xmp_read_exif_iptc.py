@@ -13,22 +13,14 @@ import exiv2
 import pytest
 from PIL import Image
 
-from engine.metadata import SidecarFile, display_keywords, match_sidecars, read_photo_metadata
+from engine.metadata import display_keywords, read_photo_metadata
 from engine.metadata.exif_iptc import read_exif_iptc
 from engine.metadata.photo import READER_VERSION, sidecar_state
-
-
-def _sidecars_of(image: Path) -> tuple[SidecarFile, ...]:
-    found: dict[str, list[SidecarFile]] = {}
-    for p in image.parent.iterdir():
-        if p.name.lower().endswith(".xmp"):
-            st = p.stat()
-            found.setdefault(p.name.casefold(), []).append(SidecarFile(p.name, p, st.st_size, st.st_mtime_ns))
-    return match_sidecars(image.name, found)
+from tests.engine.test_xmp import sidecars_of
 
 
 def _read(image: Path, **kw):
-    return read_photo_metadata(image, _sidecars_of(image), **kw)
+    return read_photo_metadata(image, sidecars_of(image), **kw)
 
 
 def _jpeg(path: Path, *, exif: dict | None = None, photo: dict | None = None, gps: dict | None = None,
